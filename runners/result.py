@@ -1,0 +1,162 @@
+"""The result document and the runner -> portal messages.
+
+One JSON document per run (``schema_version`` 1):
+
+    {
+      "schema_version": 1,
+      "runner_version": "0.1.0",
+      "status": "succeeded" | "failed" | "partial",
+      "spec": {...},                 # the spec as executed (defaults filled in)
+      "environment": {...},          # runners.environment.capture()
+      "fingerprint": "sha256 hex",   # runners.environment.fingerprint()
+      "measurements": [Measurement, ...],
+      "errors": [{"where": "...", "message": "..."}],
+      "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...}
+    }
+
+A Measurement is identified inside its run by (backend, point key, repeat): that is the
+idempotency key of the portal's ingestion endpoint.
+
+Metric names follow vLLM's bench client (``output_throughput``, ``p99_ttft_ms`` ...) so
+numbers compare with the community's; the HF baseline reports the same keys.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESULT_SCHEMA_VERSION = 1
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+PERCENTILES = (50, 90, 99)
+
+# The canonical metric keys every measurement may carry (absent = not defined).
+THROUGHPUT_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "request_goodput",
+)
+LATENCY_KEYS = tuple(
+    f"{stat}_{m}_ms"
+    for m in LATENCY_METRICS
+    for stat in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))
+)
+METRIC_KEYS = THROUGHPUT_KEYS + LATENCY_KEYS
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class PointInfo(BaseModel):
+    """The resolved workload of a measurement (see runners.spec.Point)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="'<sweep>:<axis>=<value>' or 'baseline' / 'single'.")
+    sweep: str
+    axis: str | None = None
+    value: float | None = None
+    input_len: int
+    output_len: int
+    max_concurrency: int
+    num_prompts: int
+    request_rate: float | None = None
+
+
+class ServerMetrics(BaseModel):
+    """Deltas and peaks read from the vLLM server's /metrics around one point."""
+
+    model_config = ConfigDict(extra="allow")
+
+    preemptions: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    kv_cache_usage_peak: float | None = Field(None, description="0..1, sampled during the point.")
+    num_requests_running_peak: float | None = None
+    num_requests_waiting_peak: float | None = None
+    samples: int = 0
+
+
+class Measurement(BaseModel):
+    """One backend at one sweep point, one repeat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = Field(description="Backend name from the spec.")
+    backend_kind: Literal["hf-sequential", "vllm"]
+    point: PointInfo
+    repeat: int = Field(ge=0)
+    status: Literal["succeeded", "failed"]
+    error: str | None = Field(None, description="Why it failed, readable by a person.")
+    metrics: dict[str, float] = Field(default_factory=dict, description="METRIC_KEYS subset.")
+    server_metrics: ServerMetrics | None = None
+    gpu_memory_peak_bytes: int | None = None
+    commands: dict[str, str] = Field(
+        default_factory=dict, description="'serve', 'bench' or 'hf': shell-quoted commands."
+    )
+    raw: dict[str, Any] = Field(
+        default_factory=dict, description="The client's JSON without per-request arrays."
+    )
+    detail: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Per-request arrays: input_lens, output_lens, ttfts, itls, latencies, errors.",
+    )
+    started_at: str
+    finished_at: str
+    duration_s: float
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.backend, self.point.key, self.repeat)
+
+
+EventType = Literal["started", "environment", "progress", "finished", "failed"]
+
+
+class Event(BaseModel):
+    """A lifecycle message from the runner to the portal.
+
+    - started:     {total: measurements expected}
+    - environment: {environment: {...}, fingerprint: str}
+    - progress:    {done, total, message}
+    - finished:    {status: succeeded|partial, errors, timings}
+    - failed:      {message: why, errors, timings}
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: EventType
+    at: str = Field(default_factory=utcnow)
+    message: str | None = None
+    done: int | None = None
+    total: int | None = None
+    status: Literal["succeeded", "failed", "partial"] | None = None
+    environment: dict[str, Any] | None = None
+    fingerprint: str | None = None
+    errors: list[dict[str, str]] | None = None
+    timings: dict[str, Any] | None = None
+
+
+class ResultDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = RESULT_SCHEMA_VERSION
+    runner_version: str
+    status: Literal["succeeded", "failed", "partial", "running"]
+    spec: dict[str, Any]
+    environment: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: str | None = None
+    measurements: list[Measurement] = Field(default_factory=list)
+    errors: list[dict[str, str]] = Field(default_factory=list)
+    timings: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,571 @@
+"""The benchmark spec: the versioned contract between users, the portal and the runner.
+
+A spec says *what* to measure: which model, which workload, which sweeps, which
+backends, how many repeats, within which SLOs and on which resources. It is validated by
+pydantic v2; unknown fields are errors, and every error names its field.
+
+``expand_points`` turns a spec into the concrete list of sweep points the runner
+executes; the portal uses the same function to know how many points a run has.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SPEC_VERSION = 1
+
+# Strings that end up on a command line (as argv elements, never through a shell) or in
+# a Kubernetes object. Allow what hub ids, paths, versions and labels need, nothing more.
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+=\-]*$")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~][A-Za-z0-9._/:@+=\-]*$")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,62}$")
+_FREE_TEXT_BAD = re.compile(r"[\x00-\x1f\x7f]")
+
+MAX_SWEEP_VALUES = 32
+MAX_SWEEPS = 8
+MAX_BACKENDS = 8
+MAX_REPEATS = 10
+MAX_POINTS = 256
+
+
+def _safe(value: str, what: str, pattern: re.Pattern[str] = _SAFE) -> str:
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > 256:
+        raise ValueError(f"{what} is longer than 256 characters")
+    if ".." in value.split("/"):
+        raise ValueError(f"{what} must not contain '..' path segments")
+    if not pattern.match(value):
+        raise ValueError(
+            f"{what} {value!r} contains characters that are not allowed "
+            "(use letters, digits and . _ - / : @ + =; no spaces or shell metacharacters)"
+        )
+    return value
+
+
+class Strict(BaseModel):
+    """Base for every spec section: unknown fields are errors, assignments re-validate."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(Strict):
+    """The model under test: a Hugging Face hub id or a local directory."""
+
+    id: str = Field(
+        description="Hugging Face repo id (org/name) or a local directory with the weights.",
+        examples=["Qwen/Qwen3-0.6B"],
+    )
+    revision: str | None = Field(
+        None, description="Hub branch, tag or commit. Resolved to a commit hash at run time."
+    )
+    tokenizer: str | None = Field(None, description="Tokenizer id or path, if not the model's.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Weight and activation dtype for both backends."
+    )
+    max_model_len: int = Field(
+        4096, ge=64, le=1_048_576, description="Context length the server is started with."
+    )
+    trust_remote_code: bool = False
+
+    @field_validator("id", "tokenizer")
+    @classmethod
+    def _path_or_id(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "model id", _SAFE_PATH)
+
+    @field_validator("revision")
+    @classmethod
+    def _rev(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "revision")
+
+
+class Workload(Strict):
+    """The requests sent to the server. Sweeps vary one of these fields at a time."""
+
+    dataset: Literal["random", "sharegpt"] = Field(
+        "random", description="'random' token prompts, or a ShareGPT-style JSON file."
+    )
+    dataset_path: str | None = Field(None, description="ShareGPT JSON file (dataset=sharegpt).")
+    input_len: int = Field(1024, ge=1, le=1_048_576, description="Prompt tokens per request.")
+    output_len: int = Field(128, ge=1, le=1_048_576, description="Generated tokens per request.")
+    range_ratio: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Lengths drawn uniformly in [len*(1-r), len*(1+r)]."
+    )
+    prefix_len: int = Field(0, ge=0, le=1_048_576, description="Shared prefix tokens per prompt.")
+    num_prompts: int = Field(256, ge=1, le=100_000, description="Requests per sweep point.")
+    max_concurrency: int = Field(
+        1, ge=1, le=4096, description="Requests in flight at once (the client's limit)."
+    )
+    request_rate: float | None = Field(
+        None, gt=0, description="Poisson arrival rate in requests/s; null sends all at once."
+    )
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals (1 = Poisson).")
+    ignore_eos: bool = Field(True, description="Generate exactly output_len tokens per request.")
+    num_warmups: int = Field(8, ge=0, le=10_000, description="Warm-up requests before timing.")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+    @field_validator("dataset_path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "dataset path", _SAFE_PATH)
+
+    @model_validator(mode="after")
+    def _dataset_needs_path(self) -> Workload:
+        if self.dataset == "sharegpt" and not self.dataset_path:
+            raise ValueError("dataset_path is required when dataset is 'sharegpt'")
+        if self.dataset == "random" and self.dataset_path:
+            raise ValueError("dataset_path is only used with dataset 'sharegpt'")
+        return self
+
+
+SweepAxis = Literal["max_concurrency", "input_len", "output_len", "request_rate", "num_prompts"]
+_INT_AXES = {"max_concurrency", "input_len", "output_len", "num_prompts"}
+
+
+class WorkloadOverrides(Strict):
+    """Fields a sweep may pin to a value of its own (the rest come from the workload)."""
+
+    input_len: int | None = Field(None, ge=1, le=1_048_576)
+    output_len: int | None = Field(None, ge=1, le=1_048_576)
+    max_concurrency: int | None = Field(None, ge=1, le=4096)
+    num_prompts: int | None = Field(None, ge=1, le=100_000)
+    request_rate: float | None = Field(None, gt=0)
+
+
+class Sweep(Strict):
+    """One axis varied over listed values, everything else fixed."""
+
+    name: str = Field(description="Short label, unique in the spec (e.g. 'concurrency').")
+    axis: SweepAxis
+    values: list[float] = Field(min_length=1, max_length=MAX_SWEEP_VALUES)
+    fixed: WorkloadOverrides = Field(
+        default_factory=WorkloadOverrides,
+        description="Workload fields held at a value of this sweep's own.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("sweep name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _values(self) -> Sweep:
+        if len(set(self.values)) != len(self.values):
+            raise ValueError("sweep values must be unique")
+        if any(v <= 0 for v in self.values):
+            raise ValueError("sweep values must be positive")
+        if self.axis in _INT_AXES:
+            if any(v != int(v) for v in self.values):
+                raise ValueError(f"values of axis {self.axis} must be whole numbers")
+            # Keep them ints so JSON, CLI args and point keys read '16', not '16.0'.
+            object.__setattr__(self, "values", [int(v) for v in self.values])
+        if getattr(self.fixed, self.axis) is not None:
+            raise ValueError(f"'fixed' must not pin the swept axis {self.axis}")
+        return self
+
+
+class HFBackend(Strict):
+    """The naive baseline: one request at a time through transformers' generate()."""
+
+    kind: Literal["hf-sequential"] = "hf-sequential"
+    name: str = "hf-sequential"
+    num_prompts: int = Field(
+        16, ge=1, le=10_000, description="Requests to time (sequential, so keep it modest)."
+    )
+    input_len: int | None = Field(None, ge=1, description="Defaults to the workload's.")
+    output_len: int | None = Field(None, ge=1, description="Defaults to the workload's.")
+    num_warmups: int = Field(1, ge=0, le=100)
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+
+class VLLMBackend(Strict):
+    """A vLLM OpenAI-compatible server, measured with vLLM's own bench client."""
+
+    kind: Literal["vllm"] = "vllm"
+    name: str = "vllm"
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    enable_prefix_caching: bool = Field(
+        False,
+        description=(
+            "Off by default: repeated points re-send the same prompts and a warm prefix "
+            "cache would inflate them. When on, the cache is reset between points."
+        ),
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1, le=65_536)
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    quantization: str | None = None
+    block_size: int | None = Field(None, ge=1, le=1024)
+    enforce_eager: bool = False
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="Passed to --speculative-config as JSON."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Further `vllm serve` flags, one argv element each (no shell).",
+    )
+    startup_timeout_s: int = Field(900, ge=10, le=7200)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("quantization")
+    @classmethod
+    def _quant(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "quantization")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            _safe(arg.lstrip("-") or "-", f"extra argument {arg!r}")
+            if arg in ("--host", "--port", "--model") or arg.startswith(
+                ("--host=", "--port=", "--model=")
+            ):
+                raise ValueError(f"extra argument {arg!r} is set by the runner")
+        return v
+
+    def server_config(self) -> dict[str, Any]:
+        """The fields that need a server of their own (everything but the name)."""
+        return self.model_dump(exclude={"name", "kind", "startup_timeout_s"})
+
+
+Backend = Annotated[HFBackend | VLLMBackend, Field(discriminator="kind")]
+
+
+class SLO(Strict):
+    """Service-level objectives for goodput: a request counts when it meets all given."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> SLO:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None:
+            raise ValueError("an SLO needs at least one of ttft_ms, tpot_ms, e2el_ms")
+        return self
+
+
+class Resources(Strict):
+    """Where the run executes (used by the Kubernetes executor; ignored locally)."""
+
+    gpu_count: int = Field(1, ge=0, le=64)
+    gpu_type: str | None = Field(None, description="e.g. 'H100-80GB'; matched to a node label.")
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
+    image: str | None = Field(None, description="Runner image; the deployment's default if null.")
+    cpu: str | None = Field(None, description="CPU request, Kubernetes quantity ('8').")
+    memory: str | None = Field(None, description="Memory request, Kubernetes quantity ('64Gi').")
+    timeout_minutes: int = Field(180, ge=1, le=7 * 24 * 60, description="Deadline for the run.")
+
+    @field_validator("gpu_type", "image", "cpu", "memory")
+    @classmethod
+    def _s(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "value")
+
+    @field_validator("node_selector")
+    @classmethod
+    def _ns(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, val in v.items():
+            _safe(key, "node selector key")
+            _safe(val, "node selector value")
+        return v
+
+
+class Spec(Strict):
+    """A complete benchmark spec (version 1)."""
+
+    version: Literal[1] = Field(SPEC_VERSION, description="Spec schema version.")
+    name: str | None = Field(None, max_length=200, description="Human-readable run name.")
+    description: str | None = Field(None, max_length=5000)
+    model: ModelSpec
+    workload: Workload = Field(default_factory=Workload)
+    sweeps: list[Sweep] = Field(default_factory=list, max_length=MAX_SWEEPS)
+    backends: list[Backend] = Field(
+        default_factory=lambda: [HFBackend(), VLLMBackend()],
+        min_length=1,
+        max_length=MAX_BACKENDS,
+    )
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS)
+    slo: SLO | None = None
+    resources: Resources = Field(default_factory=Resources)
+
+    @field_validator("name")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        if v is not None and _FREE_TEXT_BAD.search(v):
+            raise ValueError("name must not contain control characters")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        names = [b.name for b in self.backends]
+        if len(set(names)) != len(names):
+            raise ValueError("backend names must be unique (give each vllm backend a name)")
+        sweep_names = [s.name for s in self.sweeps]
+        if len(set(sweep_names)) != len(sweep_names):
+            raise ValueError("sweep names must be unique")
+        if "baseline" in sweep_names:
+            raise ValueError("'baseline' is reserved for the HF baseline point")
+        if self.vllm_backends and not self.sweeps:
+            # No sweep: one point at the workload as given.
+            pass
+        npoints = len(self.points()) * len(self.vllm_backends) * self.repeats
+        npoints += len(self.hf_backends) * self.repeats
+        if npoints > MAX_POINTS:
+            raise ValueError(f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}")
+        for point in self.points():
+            total = point.input_len + point.output_len + self.workload.prefix_len
+            if self.workload.dataset == "random" and total > self.model.max_model_len:
+                raise ValueError(
+                    f"sweep {point.sweep!r} point {point.label}: prefix_len + input_len + "
+                    f"output_len = {total} exceeds model.max_model_len "
+                    f"{self.model.max_model_len}"
+                )
+        for hf in self.hf_backends:
+            total = (hf.input_len or self.workload.input_len) + (
+                hf.output_len or self.workload.output_len
+            )
+            if total > self.model.max_model_len:
+                raise ValueError(
+                    f"backend {hf.name!r}: input_len + output_len = {total} exceeds "
+                    f"model.max_model_len {self.model.max_model_len}"
+                )
+        return self
+
+    @property
+    def hf_backends(self) -> list[HFBackend]:
+        return [b for b in self.backends if isinstance(b, HFBackend)]
+
+    @property
+    def vllm_backends(self) -> list[VLLMBackend]:
+        return [b for b in self.backends if isinstance(b, VLLMBackend)]
+
+    def points(self) -> list[Point]:
+        """The vLLM sweep points in execution order (a spec with no sweep has one)."""
+        return list(_iter_points(self))
+
+    def total_measurements(self) -> int:
+        """How many measurements a complete run of this spec reports."""
+        per_repeat = len(self.hf_backends) + len(self.vllm_backends) * len(self.points())
+        return per_repeat * self.repeats
+
+
+class Point(BaseModel):
+    """One resolved workload: a sweep value with every other field fixed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sweep: str
+    axis: str | None
+    value: float | None
+    input_len: int
+    output_len: int
+    max_concurrency: int
+    num_prompts: int
+    request_rate: float | None
+
+    @property
+    def label(self) -> str:
+        if self.axis is None:
+            return self.sweep
+        value = int(self.value) if self.value == int(self.value or 0) else self.value
+        return f"{self.axis}={value}"
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the point inside a run: '<sweep>:<axis>=<value>'."""
+        return f"{self.sweep}:{self.label}" if self.axis else self.sweep
+
+
+def _iter_points(spec: Spec) -> Iterator[Point]:
+    w = spec.workload
+    base = {
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "max_concurrency": w.max_concurrency,
+        "num_prompts": w.num_prompts,
+        "request_rate": w.request_rate,
+    }
+    if not spec.sweeps:
+        yield Point(sweep="single", axis=None, value=None, **base)
+        return
+    for sweep in spec.sweeps:
+        fixed = {k: v for k, v in sweep.fixed.model_dump().items() if v is not None}
+        for value in sweep.values:
+            fields = {**base, **fixed, sweep.axis: value}
+            yield Point(sweep=sweep.name, axis=sweep.axis, value=value, **fields)
+
+
+def hf_point(spec: Spec, backend: HFBackend) -> Point:
+    """The single point the HF sequential baseline measures."""
+    return Point(
+        sweep="baseline",
+        axis=None,
+        value=None,
+        input_len=backend.input_len or spec.workload.input_len,
+        output_len=backend.output_len or spec.workload.output_len,
+        max_concurrency=1,
+        num_prompts=backend.num_prompts,
+        request_rate=None,
+    )
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def seed_experiment() -> Spec:
+    """The seed tutorial's experiment, exactly: Qwen3-0.6B, bf16, 4096 context; three sweeps."""
+    return Spec(
+        name="Seed experiment: Qwen3-0.6B, HF sequential vs vLLM",
+        model=ModelSpec(id="Qwen/Qwen3-0.6B", dtype="bfloat16", max_model_len=4096),
+        workload=Workload(
+            input_len=1024,
+            output_len=128,
+            num_prompts=256,
+            ignore_eos=True,
+            num_warmups=8,
+            max_concurrency=64,
+        ),
+        sweeps=[
+            Sweep(name="concurrency", axis="max_concurrency", values=[1, 4, 16, 64]),
+            Sweep(name="prompt-length", axis="input_len", values=[128, 1024, 2048]),
+            Sweep(name="output-length", axis="output_len", values=[32, 128, 512, 1024]),
+        ],
+        backends=[HFBackend(input_len=1024, output_len=128), VLLMBackend()],
+    )
+
+
+def tiny_demo(model_dir: str) -> Spec:
+    """A CPU-sized run on the tiny test model: the demo and the end-to-end tests use it."""
+    return Spec(
+        name="Tiny model demo (CPU)",
+        model=ModelSpec(id=model_dir, dtype="bfloat16", max_model_len=2048),
+        workload=Workload(input_len=128, output_len=32, num_prompts=32, num_warmups=2),
+        sweeps=[Sweep(name="concurrency", axis="max_concurrency", values=[1, 4, 16])],
+        backends=[HFBackend(num_prompts=8), VLLMBackend()],
+        resources=Resources(gpu_count=0, timeout_minutes=30),
+    )
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "seed": {
+        "title": "Seed experiment (Qwen3-0.6B)",
+        "description": (
+            "HF sequential baseline vs vLLM: concurrency 1/4/16/64 at 1024 in / 128 out, "
+            "prompt length 128/1024/2048 at concurrency 64, output length 32/128/512/1024; "
+            "256 prompts, ignore-eos, 8 warm-ups."
+        ),
+        "build": seed_experiment,
+    },
+}
+
+
+def preset(name: str) -> Spec:
+    """A preset by name; KeyError names the ones that exist."""
+    try:
+        return PRESETS[name]["build"]()
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+class SpecError(ValueError):
+    """A spec that does not validate. ``errors`` is a list of {field, message}."""
+
+    def __init__(self, errors: list[dict[str, str]]):
+        self.errors = errors
+        first = errors[0]
+        where = f"{first['field']}: " if first["field"] else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"{where}{first['message']}{more}")
+
+
+def errors_from(exc: ValidationError) -> list[dict[str, str]]:
+    """Flatten pydantic errors to {field: 'a.b.0.c', message} with readable text."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"] if p not in ("hf-sequential", "vllm")]
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        elif msg.startswith("Assertion failed, "):
+            msg = msg[len("Assertion failed, ") :]
+        out.append({"field": ".".join(loc), "message": msg})
+    return out
+
+
+def parse_spec(data: Any) -> Spec:
+    """Validate a mapping (already parsed JSON/YAML) into a Spec, raising SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError([{"field": "", "message": "a spec must be a mapping (JSON object)"}])
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(errors_from(exc)) from None
+
+
+def loads_spec(text: str) -> Spec:
+    """Parse YAML or JSON text (JSON is YAML) into a Spec, raising SpecError."""
+    if len(text) > 1_000_000:
+        raise SpecError([{"field": "", "message": "the spec is larger than 1 MB"}])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([{"field": "", "message": f"not valid YAML or JSON{where}"}]) from None
+    return parse_spec(data)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read a YAML or JSON spec file."""
+    return loads_spec(Path(path).read_text(encoding="utf-8"))
+
+
+def dump_spec(spec: Spec, fmt: Literal["yaml", "json"] = "yaml") -> str:
+    data = spec.model_dump(mode="json", exclude_none=True)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the spec, exported from the pydantic model."""
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://servebench.dev/schema/spec-v{SPEC_VERSION}.json"
+    return schema
