@@ -1,0 +1,47 @@
+# servebench: the two commands are `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV = $(shell scripts/venv.sh)
+PY = $(VENV)/bin/python
+
+.PHONY: help venv run test test-fast lint format bench browser clean-dev
+
+help:
+	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
+	@echo "make test       set up and run the whole test suite"
+	@echo "make test-fast  the suite without the slow end-to-end tests (no vLLM server starts)"
+	@echo "make lint       ruff check + format check"
+	@echo "make bench      benchmarks under bench/ (print side-by-side ratios)"
+
+venv:
+	@scripts/venv.sh
+
+browser:
+	@scripts/ensure-browser.sh
+
+run:
+	@$(PY) scripts/quickstart.py
+
+test: browser
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: browser
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format:
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+bench:
+	$(PY) bench/harness_overhead.py
+	$(PY) bench/portal_scale.py
+
+clean-dev:
+	$(PY) -m portal.devservices stop || true
