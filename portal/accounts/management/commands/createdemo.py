@@ -1,0 +1,76 @@
+"""``manage.py createdemo [--json]``: the quickstart's demo user, idempotently.
+
+The password is stable across calls (``SERVEBENCH_DEMO_PASSWORD``, else generated once
+and kept in ``$SERVEBENCH_HOME/dev/demo-password``, mode 600), so a browser session
+survives a restart of ``make run``. Each call issues a fresh CI token named "quickstart"
+and revokes the demo user's previous one (the plaintext is never stored). For
+development only: it refuses to run unless DEBUG or SERVEBENCH_QUICKSTART is on.
+"""
+
+import json
+import os
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.accounts.models import ApiToken
+from portal.accounts.tokens import create_user_token, revoke_token
+
+TOKEN_NAME = "quickstart"  # noqa: S105 - a label, not a secret
+
+
+def demo_password() -> str:
+    from_env = os.environ.get("SERVEBENCH_DEMO_PASSWORD")
+    if from_env:
+        return from_env
+    path = settings.SERVEBENCH_HOME / "dev" / "demo-password"
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(12)
+    path.write_text(password, encoding="utf-8")
+    path.chmod(0o600)
+    return password
+
+
+class Command(BaseCommand):
+    help = "Create or refresh the demo user (development only) and print its credentials."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", default="demo")
+        parser.add_argument(
+            "--json",
+            dest="as_json",
+            action="store_true",
+            help="print {username, password, token} as JSON",
+        )
+
+    def handle(self, *args, username: str, as_json: bool, **options):
+        if not settings.DEV:
+            raise CommandError(
+                "createdemo is for development (DEBUG=1 or SERVEBENCH_QUICKSTART=1); "
+                "in production use createsuperuser and createtoken"
+            )
+        User = get_user_model()
+        password = demo_password()
+        user, created = User.objects.get_or_create(username=username)
+        if created or not user.check_password(password):
+            user.set_password(password)
+            user.is_active = True
+            user.save()
+        for old in ApiToken.objects.filter(
+            user=user, kind=ApiToken.Kind.CI, name=TOKEN_NAME, revoked_at__isnull=True
+        ):
+            revoke_token(old)
+        token = create_user_token(user, name=TOKEN_NAME).plaintext
+        creds = {"username": username, "password": password, "token": token}
+        if as_json:
+            self.stdout.write(json.dumps(creds))
+        else:
+            self.stdout.write(
+                f"demo user {'created' if created else 'ready'}\n"
+                f"username: {username}\npassword: {password}\n"
+                f"API token (shown once): {token}"
+            )

@@ -1,0 +1,67 @@
+"""API tokens. Users themselves are Django's ``auth.User``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ApiToken(models.Model):
+    """A bearer token, stored as a lookup prefix plus an HMAC of the whole token.
+
+    The plaintext (``sb_ci_...`` or ``sb_run_...``) is shown once, at creation, and never
+    stored. ``kind`` says what the token may do:
+
+    - ``ci``: act as its user on the REST API (submit, list, read, cancel).
+    - ``run``: write measurements and events to one run (``run``) only; created by
+      dispatch for the runner, expires after the run's deadline.
+    """
+
+    class Kind(models.TextChoices):
+        CI = "ci", "CI / API"
+        RUN = "run", "Runner (one run)"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    run = models.ForeignKey(
+        "benchmarks.Run",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="tokens",
+        help_text="Set for run-scoped tokens: the only run this token may write to.",
+    )
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CI)
+    name = models.CharField(max_length=100, blank=True)
+    lookup = models.CharField(max_length=16, help_text="First characters of the secret part.")
+    digest = models.CharField(max_length=64, help_text="Hex HMAC-SHA256 of the whole token.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # Authentication: WHERE lookup = %s on every API request with a bearer token.
+            models.Index(fields=["lookup"], name="apitoken_lookup"),
+            # The token list on a user's settings page: WHERE user_id = %s ORDER BY created_at.
+            models.Index(fields=["user", "-created_at"], name="apitoken_user_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}{self.lookup}… ({self.name or self.get_kind_display()})"
+
+    @property
+    def prefix(self) -> str:
+        from portal.accounts.tokens import PREFIXES
+
+        return PREFIXES[self.kind]
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()

@@ -1,0 +1,191 @@
+"""Output shapes of the REST API (and input shapes for the OpenAPI schema).
+
+Validation of specs is the runners' pydantic model's job (``services.spec_from_request``);
+the input serializers here only document the body in the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.benchmarks.models import Environment, Measurement, Run
+from runners import spec as rs
+
+LATENCY_FIELDS = [
+    f"{stat}_{metric}_ms"
+    for metric in ("ttft", "tpot", "itl", "e2el")
+    for stat in ("mean", "p50", "p90", "p99")
+]
+
+
+class RunCreateRequest(serializers.Serializer):
+    """Body of POST /api/v1/runs/ (JSON). A raw YAML spec body is accepted too."""
+
+    spec = serializers.JSONField(
+        required=False, help_text="A spec object (see /api/v1/spec-schema/)."
+    )
+    preset = serializers.ChoiceField(
+        choices=sorted(rs.PRESETS), required=False, help_text="Instead of spec: a preset's name."
+    )
+    name = serializers.CharField(required=False, max_length=200)
+    is_public = serializers.BooleanField(required=False, default=False)
+
+
+class ProgressSerializer(serializers.Serializer):
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A run as listed: status, filters' columns, progress and links."""
+
+    id = serializers.CharField(source="public_id")
+    owner = serializers.CharField(source="owner.username")
+    progress = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "name",
+            "status",
+            "failure_reason",
+            "owner",
+            "model_id",
+            "gpu_name",
+            "gpu_count",
+            "backends",
+            "progress",
+            "is_public",
+            "fingerprint",
+            "created_at",
+            "dispatched_at",
+            "started_at",
+            "finished_at",
+            "deadline",
+            "links",
+        ]
+
+    @extend_schema_field(ProgressSerializer)
+    def get_progress(self, run: Run) -> dict[str, int]:
+        return {"done": run.progress_done, "total": run.progress_total}
+
+    def get_links(self, run: Run) -> dict[str, str]:
+        request = self.context.get("request")
+        base = f"/api/v1/runs/{run.public_id}"
+        links = {
+            "page": run.get_absolute_url(),
+            "self": f"{base}/",
+            "result": f"{base}/result",
+            "spec": f"{base}/spec",
+            "cancel": f"{base}/cancel",
+        }
+        if request is not None:
+            links = {k: request.build_absolute_uri(v) for k, v in links.items()}
+        return links
+
+
+class MeasurementSerializer(serializers.ModelSerializer):
+    """A measurement's columns and metrics (raw client output and per-request arrays are in
+    the result document)."""
+
+    class Meta:
+        model = Measurement
+        fields = [
+            "backend",
+            "backend_kind",
+            "point_key",
+            "sweep",
+            "axis",
+            "value",
+            "repeat",
+            "status",
+            "error",
+            "input_len",
+            "output_len",
+            "concurrency",
+            "num_prompts",
+            "request_rate",
+            "request_throughput",
+            "output_throughput",
+            "total_token_throughput",
+            *LATENCY_FIELDS,
+            "preemptions",
+            "kv_cache_usage_peak",
+            "gpu_memory_peak_bytes",
+            "prefix_cache_hit_rate",
+            "metrics",
+            "server_metrics",
+            "started_at",
+            "finished_at",
+            "duration_s",
+        ]
+
+
+class EnvironmentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Environment
+        fields = [
+            "gpu_name",
+            "gpu_count",
+            "driver",
+            "cuda",
+            "vllm_version",
+            "torch_version",
+            "transformers_version",
+            "fingerprint",
+            "captured_at",
+            "snapshot",
+        ]
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its spec, measurements and environment."""
+
+    measurements = serializers.SerializerMethodField()
+    environment = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [
+            *RunSerializer.Meta.fields,
+            "spec",
+            "spec_version",
+            "outcome",
+            "errors",
+            "timings",
+            "runner_version",
+            "executor",
+            "measurements",
+            "environment",
+        ]
+
+    @extend_schema_field(MeasurementSerializer(many=True))
+    def get_measurements(self, run: Run) -> list[dict[str, Any]]:
+        rows = self.context.get("measurements", [])
+        return MeasurementSerializer(rows, many=True).data
+
+    @extend_schema_field(EnvironmentSerializer(allow_null=True))
+    def get_environment(self, run: Run) -> dict[str, Any] | None:
+        env = self.context.get("environment")
+        return EnvironmentSerializer(env).data if env is not None else None
+
+
+class PresetSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    spec = serializers.JSONField()
+
+
+class AcceptedSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    run_status = serializers.CharField()
+
+
+class MeasurementAcceptedSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    created = serializers.BooleanField()

@@ -1,0 +1,31 @@
+"""/api/v1/ routes."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from portal.api import runner_views, views
+
+app_name = "api"
+
+urlpatterns = [
+    path("runs/", views.RunListCreate.as_view(), name="runs"),
+    path("runs/<str:public_id>/", views.RunDetail.as_view(), name="run"),
+    path("runs/<str:public_id>/result", views.RunResult.as_view(), name="run-result"),
+    path("runs/<str:public_id>/spec", views.RunSpec.as_view(), name="run-spec"),
+    path("runs/<str:public_id>/cancel", views.RunCancel.as_view(), name="run-cancel"),
+    path("presets/", views.Presets.as_view(), name="presets"),
+    path("spec-schema/", views.SpecSchema.as_view(), name="spec-schema"),
+    path(
+        "runner/runs/<str:public_id>/events",
+        runner_views.RunnerEvents.as_view(),
+        name="runner-events",
+    ),
+    path(
+        "runner/runs/<str:public_id>/measurements",
+        runner_views.RunnerMeasurements.as_view(),
+        name="runner-measurements",
+    ),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+]

@@ -1,0 +1,308 @@
+"""REST API v1 views: runs, presets, the spec schema, and /healthz.
+
+Visibility: a run is readable by its owner, by staff, and by anyone if it is public;
+everyone else gets 404 (never 403: ids do not leak). Only the owner (or staff) cancels.
+Creating a run needs a signed-in user or a CI token.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import permissions, renderers
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api.errors import ApiError, json_error
+from portal.api.parsers import JSONParser, TextYAMLParser, XYAMLParser, YAMLParser, load_yaml
+from portal.api.serializers import (
+    PresetSerializer,
+    RunCreateRequest,
+    RunDetailSerializer,
+    RunSerializer,
+)
+from portal.benchmarks import queries, services
+from portal.benchmarks.models import Environment, Run
+from runners import spec as rs
+
+log = logging.getLogger(__name__)
+
+
+def check_body_size(request: Request | HttpRequest, limit: int) -> None:
+    """413 before reading a body larger than ``limit`` bytes."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise ApiError(400, "malformed_body", "invalid Content-Length header") from None
+    if length > limit:
+        raise ApiError(
+            413,
+            "body_too_large",
+            f"the body is {length} bytes; the limit here is {limit} bytes",
+        )
+
+
+def get_run_or_404(user: Any, public_id: str) -> Run:
+    try:
+        return queries.get_visible_run(user, public_id)
+    except Run.DoesNotExist:
+        raise ApiError(
+            404,
+            "not_found",
+            f"no run {public_id!r} that you can see; check the id, or sign in as its owner",
+        ) from None
+
+
+class RunPagination(PageNumberPagination):
+    page_size = 25
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class YAMLRenderer(renderers.BaseRenderer):
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> bytes:
+        import yaml
+
+        if isinstance(data, str):
+            return data.encode()
+        return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+_FILTER_PARAMS = [
+    OpenApiParameter("model", str, description="Model id, exactly (e.g. Qwen/Qwen3-0.6B)."),
+    OpenApiParameter("gpu", str, description="GPU name, exactly (as captured by the runner)."),
+    OpenApiParameter("backend", str, description="Backend kind or name (hf-sequential, vllm)."),
+    OpenApiParameter("status", str, enum=[s for s, _ in Run._meta.get_field("status").choices]),
+    OpenApiParameter("owner", str, description="'me' or a username."),
+]
+
+
+class RunListCreate(APIView):
+    parser_classes = [JSONParser, YAMLParser, TextYAMLParser, XYAMLParser]
+
+    def get_permissions(self) -> list[Any]:
+        if self.request.method == "POST":
+            return [permissions.IsAuthenticated()]
+        return [permissions.AllowAny()]
+
+    @extend_schema(
+        operation_id="runs_list",
+        parameters=_FILTER_PARAMS,
+        responses=RunSerializer(many=True),
+        description="Runs you can see (yours and public ones), newest first, paginated.",
+    )
+    def get(self, request: Request) -> Response:
+        filters = queries.RunFilters.from_params(request.query_params)
+        runs = queries.run_list(request.user, filters)
+        paginator = RunPagination()
+        page = paginator.paginate_queryset(runs, request, view=self)
+        data = RunSerializer(page, many=True, context={"request": request}).data
+        return paginator.get_paginated_response(data)
+
+    @extend_schema(
+        operation_id="runs_create",
+        request={"application/json": RunCreateRequest, "application/yaml": OpenApiTypes.STR},
+        responses={201: RunSerializer, 400: OpenApiResponse(description="Invalid spec.")},
+        parameters=[OpenApiParameter("name", str, description="Run name, for a raw YAML body.")],
+        description=(
+            'Submit a run: JSON `{"spec": {...}}` or `{"preset": "seed"}` (optional '
+            "`name`, `is_public`), or a raw YAML spec with Content-Type application/yaml. "
+            "Invalid specs get 400 naming the field; nothing is queued."
+        ),
+    )
+    def post(self, request: Request) -> Response:
+        check_body_size(request, settings.SERVEBENCH_MAX_SPEC_BYTES)
+        data = request.data
+        if request.content_type and "yaml" in request.content_type:
+            data = {"spec": data}
+            if "name" in request.query_params:
+                data["name"] = request.query_params["name"]
+        if isinstance(data, dict) and isinstance(data.get("spec"), str):
+            # A spec given as YAML/JSON text inside the JSON body.
+            data = {**data, "spec": load_yaml(data["spec"])}
+        req = services.spec_from_request(data)
+        run = services.create_run(request.user, req.spec, req.name, is_public=req.is_public)
+        body = RunSerializer(run, context={"request": request}).data
+        return Response(body, status=201, headers={"Location": body["links"]["self"]})
+
+
+class RunDetail(APIView):
+    @extend_schema(operation_id="runs_retrieve", responses=RunDetailSerializer)
+    def get(self, request: Request, public_id: str) -> Response:
+        run = get_run_or_404(request.user, public_id)
+        context = {
+            "request": request,
+            "measurements": list(queries.run_measurements(run)),
+            "environment": Environment.objects.filter(run=run).first(),
+        }
+        return Response(RunDetailSerializer(run, context=context).data)
+
+
+class RunResult(APIView):
+    @extend_schema(
+        operation_id="runs_result",
+        responses={200: OpenApiTypes.OBJECT},
+        description="The result document (runners.result.ResultDocument), as the runner's --out.",
+        parameters=[OpenApiParameter("download", bool, description="As an attachment.")],
+    )
+    def get(self, request: Request, public_id: str) -> Response:
+        run = get_run_or_404(request.user, public_id)
+        response = Response(services.result_document(run))
+        if request.query_params.get("download"):
+            response["Content-Disposition"] = (
+                f'attachment; filename="servebench-{run.public_id}-result.json"'
+            )
+        return response
+
+
+class RunSpec(APIView):
+    renderer_classes = [YAMLRenderer, renderers.JSONRenderer]
+
+    @extend_schema(
+        operation_id="runs_spec",
+        responses={
+            (200, "application/yaml"): OpenApiTypes.STR,
+            (200, "application/json"): OpenApiTypes.OBJECT,
+        },
+        description="The spec as executed: YAML by default, JSON with ?format=json.",
+    )
+    def get(self, request: Request, public_id: str) -> Response:
+        run = get_run_or_404(request.user, public_id)
+        spec = rs.parse_spec(run.spec)
+        fmt = request.accepted_renderer.format
+        data: Any = (
+            rs.dump_spec(spec, "yaml")
+            if fmt == "yaml"
+            else spec.model_dump(mode="json", exclude_none=True)
+        )
+        response = Response(data)
+        if request.query_params.get("download"):
+            response["Content-Disposition"] = (
+                f'attachment; filename="servebench-{run.public_id}-spec.{fmt}"'
+            )
+        return response
+
+
+class RunCancel(APIView):
+    permission_classes = [permissions.IsAuthenticated]
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        request=None,
+        responses={202: RunSerializer, 409: OpenApiResponse(description="Already ended.")},
+    )
+    def post(self, request: Request, public_id: str) -> Response:
+        run = get_run_or_404(request.user, public_id)
+        if not queries.can_cancel(request.user, run):
+            raise ApiError(403, "forbidden", "only the run's owner can cancel it")
+        if not services.cancel_run(run, by=request.user):
+            run.refresh_from_db()
+            raise ApiError(
+                409,
+                "run_finished",
+                f"the run already ended ({run.status}); nothing to cancel",
+                run_status=run.status,
+            )
+        return Response(RunSerializer(run, context={"request": request}).data, status=202)
+
+
+class Presets(APIView):
+    @extend_schema(operation_id="presets_list", responses=PresetSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        data = [
+            {
+                "name": name,
+                "title": entry["title"],
+                "description": entry["description"],
+                "spec": entry["build"]().model_dump(mode="json", exclude_none=True),
+            }
+            for name, entry in sorted(rs.PRESETS.items())
+        ]
+        return Response(data)
+
+
+class SpecSchema(APIView):
+    @extend_schema(
+        operation_id="spec_schema",
+        responses={200: OpenApiTypes.OBJECT},
+        description="The JSON Schema of a spec (exported from runners.spec.Spec).",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(rs.json_schema())
+
+
+def broker_status(timeout: float = 2.0) -> str:
+    """'ok' or why the Celery broker cannot be reached."""
+    from portal.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+            conn.default_channel  # noqa: B018 - opens a channel: a real round trip
+    except Exception as exc:  # kombu/redis raise many types
+        return f"unreachable: {exc.__class__.__name__}: {exc}"
+    return "ok"
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> HttpResponse:
+    """200 when the database answers (broker state reported, not required: runs wait in
+    the queue); 503 when the database does not."""
+    body: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+        body["database"] = "ok"
+    except Exception as exc:
+        body["database"] = f"unreachable: {exc.__class__.__name__}"
+    body["broker"] = broker_status()
+    healthy = body["database"] == "ok"
+    body["status"] = (
+        "ok" if healthy and body["broker"] == "ok" else ("degraded" if healthy else "down")
+    )
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+# --------------------------------------------------------------------------- handlers
+# Django's error views, but JSON under /api/ (wired in portal/urls.py).
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return json_error(400, "bad_request", "the request could not be read; check its body")
+    return defaults.bad_request(request, exception)
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return json_error(404, "not_found", f"no API endpoint at {request.path}; see /api/v1/docs/")
+    return defaults.page_not_found(request, exception)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return json_error(500, "server_error", "internal error; it has been logged")
+    return defaults.server_error(request)

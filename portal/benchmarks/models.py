@@ -1,0 +1,277 @@
+"""Runs, their measurements and their captured environment. Postgres is the truth.
+
+Facts that lists filter or sort on are real columns (model, GPU, backends, status,
+headline metrics); everything else the runner sends is kept as JSON next to them, so the
+result document can be rebuilt exactly (``services.result_document``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.lib.logctx import short
+
+_PUBLIC_ID_ALPHABET = string.ascii_lowercase + string.digits
+PUBLIC_ID_LENGTH = 20  # ~103 bits: unguessable, and short enough to read out
+
+
+def new_public_id() -> str:
+    return "".join(secrets.choice(_PUBLIC_ID_ALPHABET) for _ in range(PUBLIC_ID_LENGTH))
+
+
+class RunStatus(models.TextChoices):
+    """Lifecycle of a run. Allowed transitions (anything else is a bug):
+
+    - ``queued -> dispatched``: the dispatch task claimed the run and is submitting it.
+    - ``queued -> cancelled``: cancelled before any worker picked it up.
+    - ``dispatched -> queued``: the executor was temporarily unavailable; dispatch retries.
+    - ``dispatched -> running``: the runner reported ``started``.
+    - ``dispatched | running -> succeeded``: the runner reported ``finished`` with every
+      measurement succeeded.
+    - ``dispatched | running -> failed``: the runner reported ``failed`` or ``finished``
+      with status ``partial`` (some points failed: the reason lists them), the executor
+      could not submit, the runner exited without reporting ("runner lost"), or the
+      deadline passed. ``failure_reason`` always says which, in words a person can act on.
+    - ``queued | dispatched | running -> cancelled``: a person (or CI) cancelled it.
+
+    ``succeeded``, ``failed`` and ``cancelled`` are final. Every transition is a
+    conditional update (``UPDATE ... WHERE status IN (<expected>)``), so a redelivered
+    task, a second worker or a late runner event can never move a run backwards.
+    """
+
+    QUEUED = "queued", "Queued"
+    DISPATCHED = "dispatched", "Dispatched"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.DISPATCHED, RunStatus.RUNNING)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+# to-status -> statuses it may be reached from (see RunStatus).
+ALLOWED_FROM: dict[str, tuple[str, ...]] = {
+    RunStatus.QUEUED: (RunStatus.DISPATCHED,),
+    RunStatus.DISPATCHED: (RunStatus.QUEUED,),
+    RunStatus.RUNNING: (RunStatus.DISPATCHED,),
+    RunStatus.SUCCEEDED: (RunStatus.DISPATCHED, RunStatus.RUNNING),
+    RunStatus.FAILED: (RunStatus.DISPATCHED, RunStatus.RUNNING),
+    RunStatus.CANCELLED: ACTIVE_STATUSES,
+}
+
+
+class Run(models.Model):
+    """One submitted benchmark spec and its lifecycle."""
+
+    public_id = models.CharField(
+        max_length=PUBLIC_ID_LENGTH, unique=True, default=new_public_id, editable=False
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    spec = models.JSONField(help_text="The validated spec with defaults filled in.")
+    spec_version = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    failure_reason = models.TextField(blank=True)
+    outcome = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="What the runner reported at the end: succeeded, partial or failed.",
+    )
+    errors = models.JSONField(default=list, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    runner_version = models.CharField(max_length=64, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Set at dispatch: resources.timeout_minutes later."
+    )
+
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+
+    executor = models.CharField(max_length=32, blank=True)
+    executor_handle = models.JSONField(null=True, blank=True)
+
+    # Filter columns, copied from the spec (and the environment once the runner reports it).
+    model_id = models.CharField(max_length=256)
+    gpu_name = models.CharField(max_length=128, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    backends = ArrayField(
+        models.CharField(max_length=64),
+        default=list,
+        blank=True,
+        help_text="Backend kinds and names, e.g. ['hf-sequential', 'vllm'].",
+    )
+    fingerprint = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Same model, workload, engine config and GPU type = same fingerprint.",
+    )
+    is_public = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # Runs list, "my runs": WHERE owner_id = %s ORDER BY created_at DESC.
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
+            # Runs list for everyone else: WHERE is_public ORDER BY created_at DESC.
+            models.Index(
+                fields=["-created_at"], condition=Q(is_public=True), name="run_public_created"
+            ),
+            # Staff list without filters: ORDER BY created_at DESC.
+            models.Index(fields=["-created_at"], name="run_created"),
+            # Runs list ?status=: WHERE status = %s ORDER BY created_at DESC.
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            # Runs list ?model=: WHERE model_id = %s ORDER BY created_at DESC.
+            models.Index(fields=["model_id", "-created_at"], name="run_model_created"),
+            # Runs list ?gpu=: WHERE gpu_name = %s ORDER BY created_at DESC.
+            models.Index(fields=["gpu_name", "-created_at"], name="run_gpu_created"),
+            # Runs list ?backend=: WHERE backends @> ARRAY[%s].
+            GinIndex(fields=["backends"], name="run_backends_gin"),
+            # Reconcile, every period: WHERE status IN ('dispatched', 'running') (and the
+            # re-dispatch of stale 'queued' runs). Partial: finished runs are most rows.
+            models.Index(
+                fields=["status", "created_at"],
+                condition=Q(status__in=list(ACTIVE_STATUSES)),
+                name="run_active",
+            ),
+            # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC.
+            models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.short_id} {self.name or self.model_id} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return f"/runs/{self.public_id}/"
+
+    @property
+    def short_id(self) -> str:
+        """First 8 characters of the public id: what logs and people quote."""
+        return short(self.public_id)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @property
+    def timeout_minutes(self) -> int:
+        return int(self.spec.get("resources", {}).get("timeout_minutes", 180))
+
+
+class MeasurementStatus(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+class Measurement(models.Model):
+    """One backend at one sweep point, one repeat (``runners.result.Measurement``).
+
+    Identified inside its run by (backend, point_key, repeat): the ingestion endpoint's
+    idempotency key, enforced by a unique constraint. Latency columns are in ms; ``p50``
+    is vLLM's ``median``.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="measurements")
+    backend = models.CharField(max_length=64)
+    backend_kind = models.CharField(max_length=32)
+    point_key = models.CharField(max_length=128)
+    sweep = models.CharField(max_length=64)
+    axis = models.CharField(max_length=32, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    repeat = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=MeasurementStatus.choices)
+    error = models.TextField(blank=True)
+
+    input_len = models.PositiveIntegerField()
+    output_len = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField(help_text="The client's max_concurrency.")
+    num_prompts = models.PositiveIntegerField()
+    request_rate = models.FloatField(null=True, blank=True)
+
+    request_throughput = models.FloatField(null=True, blank=True)
+    output_throughput = models.FloatField(null=True, blank=True)
+    total_token_throughput = models.FloatField(null=True, blank=True)
+    mean_ttft_ms = models.FloatField(null=True, blank=True)
+    p50_ttft_ms = models.FloatField(null=True, blank=True)
+    p90_ttft_ms = models.FloatField(null=True, blank=True)
+    p99_ttft_ms = models.FloatField(null=True, blank=True)
+    mean_tpot_ms = models.FloatField(null=True, blank=True)
+    p50_tpot_ms = models.FloatField(null=True, blank=True)
+    p90_tpot_ms = models.FloatField(null=True, blank=True)
+    p99_tpot_ms = models.FloatField(null=True, blank=True)
+    mean_itl_ms = models.FloatField(null=True, blank=True)
+    p50_itl_ms = models.FloatField(null=True, blank=True)
+    p90_itl_ms = models.FloatField(null=True, blank=True)
+    p99_itl_ms = models.FloatField(null=True, blank=True)
+    mean_e2el_ms = models.FloatField(null=True, blank=True)
+    p50_e2el_ms = models.FloatField(null=True, blank=True)
+    p90_e2el_ms = models.FloatField(null=True, blank=True)
+    p99_e2el_ms = models.FloatField(null=True, blank=True)
+    preemptions = models.FloatField(null=True, blank=True)
+    kv_cache_usage_peak = models.FloatField(null=True, blank=True, help_text="0..1")
+    gpu_memory_peak_bytes = models.BigIntegerField(null=True, blank=True)
+    prefix_cache_hit_rate = models.FloatField(null=True, blank=True, help_text="0..1")
+
+    metrics = models.JSONField(default=dict, blank=True, help_text="Every metric key sent.")
+    server_metrics = models.JSONField(null=True, blank=True)
+    raw = models.JSONField(default=dict, blank=True, help_text="The client's JSON output.")
+    detail = models.JSONField(default=dict, blank=True, help_text="Per-request arrays.")
+    commands = models.JSONField(default=dict, blank=True)
+
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # Large JSON columns that list and page queries leave out (``.defer(*HEAVY_FIELDS)``).
+    HEAVY_FIELDS = ("raw", "detail", "commands")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # Ingestion idempotency; its index also serves the run page's
+            # WHERE run_id = %s (all measurements of one run).
+            models.UniqueConstraint(
+                fields=["run", "backend", "point_key", "repeat"], name="measurement_identity"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.backend} {self.point_key} #{self.repeat}"
+
+
+class Environment(models.Model):
+    """The software and hardware the runner found, captured before loading anything."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="environment")
+    snapshot = models.JSONField(help_text="runners.environment.capture(), as sent.")
+    fingerprint = models.CharField(
+        max_length=64, blank=True, help_text="The runner's hash of the comparability fields."
+    )
+    gpu_name = models.CharField(max_length=128, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    driver = models.CharField(max_length=64, blank=True)
+    cuda = models.CharField(max_length=32, blank=True)
+    vllm_version = models.CharField(max_length=64, blank=True)
+    torch_version = models.CharField(max_length=64, blank=True)
+    transformers_version = models.CharField(max_length=64, blank=True)
+    captured_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.gpu_name or 'CPU'} x{self.gpu_count or 0}, vLLM {self.vllm_version or '-'}"

@@ -1,0 +1,144 @@
+"""Read-side helpers shared by the REST API and the web pages: who sees what, list filters.
+
+- ``visible_runs(user)``: the runs a user may read (own, public; staff: all).
+- ``RunFilters.from_params(request.GET)`` then ``run_list(user, filters)``: the runs list
+  with filters (model, gpu, backend, status, owner), newest first, owner joined, the spec
+  JSON left out. Query count is constant whatever the page size.
+- ``filter_choices(user)``: distinct values for the list's filter drop-downs.
+- ``get_visible_run(user, public_id)``: one run or ``Run.DoesNotExist`` (answer 404 both
+  for "no such run" and "not yours", so ids do not leak).
+- ``run_measurements(run)``: a run's measurements in chart order, heavy JSON deferred.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
+
+from portal.benchmarks.models import Measurement, Run, RunStatus
+
+# Columns the runs list never shows; leaving them out keeps list pages light.
+LIST_DEFERRED = ("spec", "errors", "timings", "executor_handle")
+
+
+class FilterError(ValueError):
+    """A filter value that cannot match anything: ``field`` names the query parameter."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def visible_runs(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
+    """Runs ``user`` may read: their own and public ones (staff read everything)."""
+    runs = Run.objects.all()
+    if getattr(user, "is_staff", False) and user.is_active:
+        return runs
+    if user.is_authenticated:
+        return runs.filter(Q(owner=user) | Q(is_public=True))
+    return runs.filter(is_public=True)
+
+
+def can_view(user: AbstractBaseUser | AnonymousUser, run: Run) -> bool:
+    if run.is_public:
+        return True
+    if not user.is_authenticated:
+        return False
+    return run.owner_id == user.pk or bool(user.is_staff)
+
+
+def can_cancel(user: AbstractBaseUser | AnonymousUser, run: Run) -> bool:
+    """Only the owner (or staff) cancels; a public run is readable, not cancellable."""
+    return user.is_authenticated and (run.owner_id == user.pk or bool(user.is_staff))
+
+
+def get_visible_run(user: AbstractBaseUser | AnonymousUser, public_id: str) -> Run:
+    """The run with ``public_id`` if ``user`` may read it; ``Run.DoesNotExist`` otherwise."""
+    return visible_runs(user).select_related("owner").get(public_id=public_id)
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs list's filters; empty strings mean "any".
+
+    ``owner`` is ``"me"`` (the requesting user) or a username.
+    """
+
+    model: str = ""
+    gpu: str = ""
+    backend: str = ""
+    status: str = ""
+    owner: str = ""
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RunFilters:
+        """Read filters from a query dict (``request.GET``); FilterError on a bad status."""
+        values = {f.name: str(params.get(f.name, "") or "").strip()[:256] for f in fields(cls)}
+        if values["status"] and values["status"] not in RunStatus.values:
+            raise FilterError(
+                "status",
+                f"unknown status {values['status']!r}; use one of: {', '.join(RunStatus.values)}",
+            )
+        return cls(**values)
+
+    def is_empty(self) -> bool:
+        return not any(getattr(self, f.name) for f in fields(self))
+
+    def apply(self, runs: QuerySet[Run], user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
+        if self.model:
+            runs = runs.filter(model_id=self.model)
+        if self.gpu:
+            runs = runs.filter(gpu_name=self.gpu)
+        if self.backend:
+            runs = runs.filter(backends__contains=[self.backend])
+        if self.status:
+            runs = runs.filter(status=self.status)
+        if self.owner == "me":
+            runs = runs.filter(owner=user) if user.is_authenticated else runs.none()
+        elif self.owner:
+            runs = runs.filter(owner__username=self.owner)
+        return runs
+
+    def as_params(self) -> dict[str, str]:
+        """The non-empty filters, for building pagination links."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+
+def run_list(
+    user: AbstractBaseUser | AnonymousUser, filters: RunFilters | None = None
+) -> QuerySet[Run]:
+    """The runs list: visible to ``user``, filtered, newest first, ready to paginate."""
+    runs = visible_runs(user)
+    if filters is not None:
+        runs = filters.apply(runs, user)
+    return runs.select_related("owner").defer(*LIST_DEFERRED).order_by("-created_at", "-id")
+
+
+def filter_choices(user: AbstractBaseUser | AnonymousUser) -> dict[str, list[str]]:
+    """Distinct models, GPUs and backends among the runs ``user`` sees (3 queries)."""
+    runs = visible_runs(user).order_by()
+    models = runs.exclude(model_id="").values_list("model_id", flat=True).distinct()
+    gpus = runs.exclude(gpu_name="").values_list("gpu_name", flat=True).distinct()
+    backends = runs.values_list("backends", flat=True).distinct()
+    return {
+        "model": sorted(models),
+        "gpu": sorted(gpus),
+        "backend": sorted({b for group in backends for b in group}),
+        "status": list(RunStatus.values),
+    }
+
+
+def run_measurements(run: Run, *, heavy: bool = False) -> QuerySet[Measurement]:
+    """A run's measurements ordered for tables and charts (backend, sweep, value, repeat).
+
+    ``heavy=False`` leaves out raw client output and per-request arrays.
+    """
+    measurements = Measurement.objects.filter(run=run).order_by(
+        "backend", "sweep", "value", "repeat", "id"
+    )
+    if not heavy:
+        measurements = measurements.defer(*Measurement.HEAVY_FIELDS)
+    return measurements

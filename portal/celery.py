@@ -1,0 +1,16 @@
+"""The Celery app: ``celery -A portal.celery worker`` / ``celery -A portal.celery beat``.
+
+Configuration comes from Django settings (``CELERY_*``): Redis broker, JSON only, late
+acks, no result backend, and the beat schedule table. Tasks live in
+``portal.dispatch.tasks`` under explicit names (``servebench.dispatch``...).
+"""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("servebench")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["portal.dispatch"])

@@ -1,0 +1,287 @@
+"""servebench portal settings: one module, configured by environment variables only.
+
+Readers come from ``portal.lib.env``: each fails loudly on a bad value, and a secret may be
+given as ``NAME_FILE=/path`` instead of ``NAME=value``.
+
+Variables (default in brackets):
+
+- DATABASE_URL: PostgreSQL, ``postgres://user:pw@host:5432/db`` or
+  ``postgresql://user@/db?host=/socket/dir`` [required]
+- REDIS_URL: Celery broker, ``redis://host:6379/0`` or ``redis+socket:///path/redis.sock``
+  [required]
+- SECRET_KEY: Django's signing key [required unless DEBUG or SERVEBENCH_QUICKSTART]
+- DEBUG [false]; SERVEBENCH_QUICKSTART: dev mode for ``make run`` [false]. Either one
+  allows a generated SECRET_KEY kept in $SERVEBENCH_HOME/dev/secret_key.
+- ALLOWED_HOSTS: comma-separated [the public URL's host, + localhost in dev]
+- CSRF_TRUSTED_ORIGINS: comma-separated origins [the public URL's origin]
+- SERVEBENCH_PUBLIC_URL: base URL runners report to, permalinks use
+  [http://127.0.0.1:8000 in dev, else required]
+- SERVEBENCH_EXECUTOR: ``local`` (subprocess) or ``kubernetes`` [local]
+- SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
+- SERVEBENCH_HOME: dev services, data, quickstart key [$SERVEBENCH_CACHE or ~/.cache/servebench]
+- SERVEBENCH_DATA_DIR: run work dirs and logs of the local executor [$SERVEBENCH_HOME/data]
+- SERVEBENCH_RECONCILE_SECONDS: period of the beat ``reconcile`` task [15]
+- SERVEBENCH_REDISPATCH_SECONDS: re-send dispatch of runs queued this long [max(60, 4 periods)]
+- SERVEBENCH_STOP_GRACE_SECONDS: SIGTERM to SIGKILL on cancel [10]
+- SERVEBENCH_QUEUE: Celery queue name (isolates deployments sharing a Redis) [servebench]
+- SERVEBENCH_TOKEN_KEY: HMAC key for API tokens, so they survive a SECRET_KEY rotation
+  [derived from SECRET_KEY]
+- SERVEBENCH_MAX_SPEC_BYTES [1 MB], SERVEBENCH_MAX_MEASUREMENT_BYTES [32 MB]: body limits
+- SERVEBENCH_STATIC_MANIFEST: hashed static names, needs ``collectstatic`` [not DEBUG]
+- SERVEBENCH_STATIC_ROOT [<repo>/staticfiles]; SERVEBENCH_BEHIND_TLS_PROXY [false]
+- SERVEBENCH_DB_CONN_MAX_AGE [60]; SERVEBENCH_LOG_LEVEL [INFO]
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.lib import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env.boolean("DEBUG", False)
+QUICKSTART = env.boolean("SERVEBENCH_QUICKSTART", False)
+DEV = DEBUG or QUICKSTART
+
+# SERVEBENCH_CACHE is what the Makefile and the runners' tiny model use for the same place.
+SERVEBENCH_HOME = Path(
+    env.string(
+        "SERVEBENCH_HOME",
+        env.string("SERVEBENCH_CACHE", str(Path.home() / ".cache" / "servebench")),
+    )
+).expanduser()
+
+
+def _dev_secret_key() -> str:
+    """A random key kept under SERVEBENCH_HOME so sessions and tokens survive restarts."""
+    path = SERVEBENCH_HOME / "dev" / "secret_key"
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    path.write_text(key, encoding="utf-8")
+    path.chmod(0o600)
+    return key
+
+
+if DEV:
+    SECRET_KEY = env.string("SECRET_KEY", "") or _dev_secret_key()
+else:
+    SECRET_KEY = env.string(
+        "SECRET_KEY", example="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+if len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured("SECRET_KEY is shorter than 32 characters; use a long random value")
+
+SERVEBENCH_PUBLIC_URL = env.url(
+    "SERVEBENCH_PUBLIC_URL",
+    "http://127.0.0.1:8000" if DEV else env.REQUIRED,
+    example="https://bench.example.com",
+)
+_public = urlsplit(SERVEBENCH_PUBLIC_URL)
+
+_dev_hosts = ["localhost", "127.0.0.1", "[::1]"] if DEV else []
+ALLOWED_HOSTS = env.strings("ALLOWED_HOSTS", [_public.hostname or "", *_dev_hosts])
+CSRF_TRUSTED_ORIGINS = env.strings("CSRF_TRUSTED_ORIGINS", [f"{_public.scheme}://{_public.netloc}"])
+
+_database_url = env.string(
+    "DATABASE_URL",
+    example="postgres://servebench:password@127.0.0.1:5432/servebench "
+    "(for development: eval $(python -m portal.devservices env))",
+)
+DATABASES = {"default": env.database(_database_url)}
+DATABASES["default"]["CONN_MAX_AGE"] = env.integer("SERVEBENCH_DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+REDIS_URL = env.broker(
+    env.string(
+        "REDIS_URL",
+        example="redis://127.0.0.1:6379/0 "
+        "(for development: eval $(python -m portal.devservices env))",
+    )
+)
+
+SERVEBENCH_EXECUTOR = env.choice("SERVEBENCH_EXECUTOR", "local", ("local", "kubernetes"))
+SERVEBENCH_RUNNER_PYTHON = env.string("SERVEBENCH_RUNNER_PYTHON", sys.executable)
+SERVEBENCH_DATA_DIR = Path(
+    env.string("SERVEBENCH_DATA_DIR", str(SERVEBENCH_HOME / "data"))
+).expanduser()
+SERVEBENCH_RECONCILE_SECONDS = env.integer("SERVEBENCH_RECONCILE_SECONDS", 15, minimum=1)
+# A queued run whose dispatch message was lost (broker flushed) is re-sent after this long.
+SERVEBENCH_REDISPATCH_SECONDS = env.integer(
+    "SERVEBENCH_REDISPATCH_SECONDS", max(60, 4 * SERVEBENCH_RECONCILE_SECONDS), minimum=1
+)
+# How long a cancelled runner gets between SIGTERM and SIGKILL.
+SERVEBENCH_STOP_GRACE_SECONDS = env.integer("SERVEBENCH_STOP_GRACE_SECONDS", 10, minimum=0)
+SERVEBENCH_TOKEN_KEY = env.string("SERVEBENCH_TOKEN_KEY", "")
+# Request body limits: a spec is small; a measurement carries per-request arrays.
+SERVEBENCH_MAX_SPEC_BYTES = env.integer("SERVEBENCH_MAX_SPEC_BYTES", 1_000_000, minimum=1024)
+SERVEBENCH_MAX_MEASUREMENT_BYTES = env.integer(
+    "SERVEBENCH_MAX_MEASUREMENT_BYTES", 32_000_000, minimum=1024
+)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(SERVEBENCH_MAX_SPEC_BYTES, SERVEBENCH_MAX_MEASUREMENT_BYTES)
+
+# --------------------------------------------------------------------------- Django
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "portal.accounts",
+    "portal.benchmarks",
+    "portal.dispatch",
+    "portal.api",
+    "portal.web",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(env.string("SERVEBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+_manifest = env.boolean("SERVEBENCH_STATIC_MANIFEST", not DEBUG)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if _manifest
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+# Without the manifest (dev, tests) whitenoise serves straight from the apps' static dirs.
+WHITENOISE_USE_FINDERS = not _manifest
+
+LOGIN_URL = "web:login"  # portal/web's sign-in page
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+
+SESSION_COOKIE_SECURE = _public.scheme == "https"
+CSRF_COOKIE_SECURE = _public.scheme == "https"
+if env.boolean("SERVEBENCH_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --------------------------------------------------------------------------- REST API
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "servebench API",
+    "DESCRIPTION": (
+        "Submit LLM-serving benchmarks and read their results. Authenticate with "
+        "`Authorization: Bearer sb_ci_...` (create a token in the portal or with "
+        "`manage.py createtoken USER`)."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --------------------------------------------------------------------------- Celery
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_RESULT_BACKEND = None  # state lives in our tables, never in a result backend
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env.string("SERVEBENCH_QUEUE", "servebench")
+CELERY_BEAT_SCHEDULE_FILENAME = str(SERVEBENCH_DATA_DIR / "celerybeat-schedule")
+# Every periodic task, each expiring before its next period so a backlog never piles up.
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {
+        "task": "servebench.reconcile",
+        "schedule": float(SERVEBENCH_RECONCILE_SECONDS),
+        "options": {"expires": SERVEBENCH_RECONCILE_SECONDS * 0.8},
+    },
+}
+
+# --------------------------------------------------------------------------- logging
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"run_id": {"()": "portal.lib.logctx.RunIdFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s [run=%(run)s] %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["run_id"],
+        },
+    },
+    "root": {"handlers": ["console"], "level": env.string("SERVEBENCH_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+    },
+}
