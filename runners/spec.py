@@ -4,8 +4,9 @@ A spec says *what* to measure: which model, which workload, which sweeps, which
 backends, how many repeats, within which SLOs and on which resources. It is validated by
 pydantic v2; unknown fields are errors, and every error names its field.
 
-``expand_points`` turns a spec into the concrete list of sweep points the runner
-executes; the portal uses the same function to know how many points a run has.
+``Spec.points()`` turns a spec into the concrete list of sweep points the runner
+executes; the portal uses the same method (and ``total_measurements()``) to know how
+many measurements a run has.
 """
 
 from __future__ import annotations
@@ -40,6 +41,19 @@ MAX_SWEEPS = 8
 MAX_BACKENDS = 8
 MAX_REPEATS = 10
 MAX_POINTS = 256
+
+
+class FieldError(ValueError):
+    """A validation error about a field below the validator that raised it.
+
+    Model-level checks (unique names, lengths against max_model_len) see the whole
+    section; ``errors_from`` appends ``field`` to the section's location so the error
+    still names the exact field ('sweeps.1.name', not the spec as a whole).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _safe(value: str, what: str, pattern: re.Pattern[str] = _SAFE) -> str:
@@ -126,9 +140,9 @@ class Workload(Strict):
     @model_validator(mode="after")
     def _dataset_needs_path(self) -> Workload:
         if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset_path is required when dataset is 'sharegpt'")
+            raise FieldError("dataset_path", "dataset_path is required when dataset is 'sharegpt'")
         if self.dataset == "random" and self.dataset_path:
-            raise ValueError("dataset_path is only used with dataset 'sharegpt'")
+            raise FieldError("dataset_path", "dataset_path is only used with dataset 'sharegpt'")
         return self
 
 
@@ -167,16 +181,18 @@ class Sweep(Strict):
     @model_validator(mode="after")
     def _values(self) -> Sweep:
         if len(set(self.values)) != len(self.values):
-            raise ValueError("sweep values must be unique")
+            raise FieldError("values", "sweep values must be unique")
         if any(v <= 0 for v in self.values):
-            raise ValueError("sweep values must be positive")
+            raise FieldError("values", "sweep values must be positive")
         if self.axis in _INT_AXES:
             if any(v != int(v) for v in self.values):
-                raise ValueError(f"values of axis {self.axis} must be whole numbers")
+                raise FieldError("values", f"values of axis {self.axis} must be whole numbers")
             # Keep them ints so JSON, CLI args and point keys read '16', not '16.0'.
             object.__setattr__(self, "values", [int(v) for v in self.values])
         if getattr(self.fixed, self.axis) is not None:
-            raise ValueError(f"'fixed' must not pin the swept axis {self.axis}")
+            raise FieldError(
+                f"fixed.{self.axis}", f"'fixed' must not pin the swept axis {self.axis}"
+            )
         return self
 
 
@@ -199,6 +215,11 @@ class HFBackend(Strict):
         if not _LABEL.match(v):
             raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
         return v
+
+
+# The runner sets these itself: the bench client must find the server, under the model's
+# name, without a key (and a key on a command line would be a leaked secret).
+_RESERVED_SERVE_FLAGS = ("--host", "--port", "--model", "--served-model-name", "--api-key")
 
 
 class VLLMBackend(Strict):
@@ -246,12 +267,14 @@ class VLLMBackend(Strict):
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
-        for arg in v:
-            _safe(arg.lstrip("-") or "-", f"extra argument {arg!r}")
-            if arg in ("--host", "--port", "--model") or arg.startswith(
-                ("--host=", "--port=", "--model=")
-            ):
-                raise ValueError(f"extra argument {arg!r} is set by the runner")
+        for i, arg in enumerate(v):
+            try:
+                _safe(arg.lstrip("-") or "-", "extra argument")
+            except ValueError as exc:
+                raise FieldError(str(i), str(exc)) from None
+            flag = arg.split("=", 1)[0]
+            if flag in _RESERVED_SERVE_FLAGS:
+                raise FieldError(str(i), f"extra argument {flag!r} is set by the runner")
         return v
 
     def server_config(self) -> dict[str, Any]:
@@ -329,36 +352,52 @@ class Spec(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
         names = [b.name for b in self.backends]
-        if len(set(names)) != len(names):
-            raise ValueError("backend names must be unique (give each vllm backend a name)")
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldError(
+                    f"backends.{i}.name",
+                    f"backend names must be unique: {name!r} is used twice "
+                    "(give each vllm backend a name)",
+                )
         sweep_names = [s.name for s in self.sweeps]
-        if len(set(sweep_names)) != len(sweep_names):
-            raise ValueError("sweep names must be unique")
-        if "baseline" in sweep_names:
-            raise ValueError("'baseline' is reserved for the HF baseline point")
-        if self.vllm_backends and not self.sweeps:
-            # No sweep: one point at the workload as given.
-            pass
+        for i, name in enumerate(sweep_names):
+            if name in sweep_names[:i]:
+                raise FieldError(f"sweeps.{i}.name", f"sweep names must be unique: {name!r}")
+            if name == "baseline":
+                raise FieldError(
+                    f"sweeps.{i}.name", "'baseline' is reserved for the HF baseline point"
+                )
         npoints = len(self.points()) * len(self.vllm_backends) * self.repeats
         npoints += len(self.hf_backends) * self.repeats
         if npoints > MAX_POINTS:
-            raise ValueError(f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}")
+            raise ValueError(
+                f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}"
+            )
+        sweep_index = {s.name: i for i, s in enumerate(self.sweeps)}
         for point in self.points():
             total = point.input_len + point.output_len + self.workload.prefix_len
             if self.workload.dataset == "random" and total > self.model.max_model_len:
-                raise ValueError(
-                    f"sweep {point.sweep!r} point {point.label}: prefix_len + input_len + "
-                    f"output_len = {total} exceeds model.max_model_len "
-                    f"{self.model.max_model_len}"
+                where = (
+                    f"sweeps.{sweep_index[point.sweep]}.values"
+                    if point.sweep in sweep_index
+                    else "workload.input_len"
                 )
-        for hf in self.hf_backends:
-            total = (hf.input_len or self.workload.input_len) + (
-                hf.output_len or self.workload.output_len
+                raise FieldError(
+                    where,
+                    f"point {point.key}: prefix_len + input_len + output_len = {total} "
+                    f"exceeds model.max_model_len {self.model.max_model_len}",
+                )
+        for i, b in enumerate(self.backends):
+            if not isinstance(b, HFBackend):
+                continue
+            total = (b.input_len or self.workload.input_len) + (
+                b.output_len or self.workload.output_len
             )
             if total > self.model.max_model_len:
-                raise ValueError(
-                    f"backend {hf.name!r}: input_len + output_len = {total} exceeds "
-                    f"model.max_model_len {self.model.max_model_len}"
+                raise FieldError(
+                    f"backends.{i}.input_len",
+                    f"backend {b.name!r}: input_len + output_len = {total} exceeds "
+                    f"model.max_model_len {self.model.max_model_len}",
                 )
         return self
 
@@ -517,6 +556,9 @@ def errors_from(exc: ValidationError) -> list[dict[str, str]]:
     out = []
     for err in exc.errors(include_url=False):
         loc = [str(p) for p in err["loc"] if p not in ("hf-sequential", "vllm")]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            loc.append(cause.field)
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
