@@ -1,0 +1,245 @@
+"""The HF sequential baseline: one request at a time through transformers' generate().
+
+This is the "naive" loop users compare vLLM against, done carefully so the comparison is
+fair to it:
+
+- prompts are random token ids drawn with the spec's seed *before* timing (no tokenizer
+  work inside the timed region), special tokens excluded;
+- warm-up generate() calls of the same shape run first (kernel selection, allocator);
+- ``min_new_tokens == max_new_tokens`` so every request produces exactly the requested
+  length (the same effect as vLLM's ignore-eos), greedy decoding, KV cache on;
+- ``torch.inference_mode()`` and a device synchronisation around each timed request;
+- every token is timestamped as generate() emits it (a streamer receives each new token
+  after it was copied to the CPU, which synchronises), giving TTFT and inter-token gaps,
+  so HF reports the same metrics as vLLM (see ``runners.latency``).
+
+It runs on CUDA when present, else CPU. The runner executes it in a child process
+(``python -m runners hf ...``, also the reproduce command) so the model, the CUDA
+context and the allocator cache are gone before the vLLM server needs the GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runners.latency import client_metrics
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    """Everything that determines an HF baseline measurement."""
+
+    model: str
+    input_len: int
+    output_len: int
+    num_prompts: int
+    num_warmups: int = 1
+    seed: int = 0
+    dtype: str = "bfloat16"
+    revision: str | None = None
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+
+    def flags(self) -> list[str]:
+        """The ``python -m runners hf`` flags that reproduce this configuration."""
+        argv = ["--model", self.model]
+        for flag, value in (
+            ("--revision", self.revision),
+            ("--tokenizer", self.tokenizer),
+            ("--attn-implementation", self.attn_implementation),
+        ):
+            if value is not None:
+                argv += [flag, value]
+        argv += [
+            "--dtype", self.dtype,
+            "--input-len", str(self.input_len),
+            "--output-len", str(self.output_len),
+            "--num-prompts", str(self.num_prompts),
+            "--num-warmups", str(self.num_warmups),
+            "--seed", str(self.seed),
+        ]  # fmt: skip
+        if self.trust_remote_code:
+            argv.append("--trust-remote-code")
+        return argv
+
+    def command(self) -> str:
+        """The shell command that reruns exactly this baseline."""
+        return shlex.join(["python", "-m", "runners", "hf", *self.flags()])
+
+
+@dataclass
+class HFResult:
+    """What one baseline run measured (the runner wraps it into a Measurement)."""
+
+    metrics: dict[str, float]
+    detail: dict[str, Any]
+    raw: dict[str, Any]
+    gpu_memory_peak_bytes: int | None = None
+    command: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _TokenClock:
+    """A generate() streamer that records when each new token arrives.
+
+    generate() first puts the prompt, then each new token after ``.cpu()``: the copy
+    waits for the device, so the timestamp is when the token really exists.
+    """
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        now = time.perf_counter()
+        self.times.extend([now] * max(1, value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+def _device():
+    import torch
+
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _prompts(config: HFConfig, vocab_size: int, special_ids: set[int], n: int, seed: int):
+    """Random prompts of exactly input_len ordinary token ids, reproducible from the seed."""
+    import torch
+
+    allowed = torch.tensor([i for i in range(vocab_size) if i not in special_ids])
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(allowed), (n, config.input_len), generator=gen)
+    return allowed[picks]
+
+
+def _load(config: HFConfig, device):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        config.tokenizer or config.model,
+        revision=None if config.tokenizer else config.revision,
+        trust_remote_code=config.trust_remote_code,
+    )
+    kwargs: dict[str, Any] = {}
+    if config.attn_implementation:
+        kwargs["attn_implementation"] = config.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(
+        config.model,
+        revision=config.revision,
+        dtype=config.dtype,
+        trust_remote_code=config.trust_remote_code,
+        **kwargs,
+    )
+    return tokenizer, model.to(device).eval()
+
+
+def run(config: HFConfig) -> HFResult:
+    """Measure the baseline. Raises on load errors; the caller records them as a failure."""
+    import torch
+
+    device = _device()
+    tokenizer, model = _load(config, device)
+    # The embedding matrix is authoritative: tokenizers may list fewer ids, models
+    # often pad the vocabulary; draw only ids both know, never special ones.
+    vocab = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
+    special = set(tokenizer.all_special_ids)
+    prompts = _prompts(config, vocab, special, config.num_prompts, config.seed)
+    warmups = _prompts(config, vocab, special, config.num_warmups, config.seed + 1)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    gen_kwargs = {
+        "max_new_tokens": config.output_len,
+        "min_new_tokens": config.output_len,
+        "do_sample": False,
+        "use_cache": True,
+        "pad_token_id": pad_id,
+    }
+
+    def generate(ids, streamer=None) -> int:
+        ids = ids.unsqueeze(0).to(device)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            streamer=streamer,
+            **gen_kwargs,
+        )
+        return int(out.shape[1] - ids.shape[1])
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    ttfts: list[float] = []
+    itls: list[list[float]] = []
+    latencies: list[float] = []
+    output_lens: list[int] = []
+    with torch.inference_mode():
+        for ids in warmups:
+            generate(ids)
+        _sync(device)
+        loop_start = time.perf_counter()
+        for ids in prompts:
+            clock = _TokenClock()
+            _sync(device)
+            start = time.perf_counter()
+            produced = generate(ids, clock)
+            _sync(device)
+            end = time.perf_counter()
+            times = clock.times[:produced]
+            ttfts.append(times[0] - start)
+            itls.append([b - a for a, b in itertools.pairwise(times)])
+            latencies.append(end - start)
+            output_lens.append(produced)
+        duration = time.perf_counter() - loop_start
+
+    input_lens = [config.input_len] * config.num_prompts
+    metrics = client_metrics(
+        input_lens=input_lens,
+        output_lens=output_lens,
+        ttfts=ttfts,
+        itls=itls,
+        latencies=latencies,
+        duration=duration,
+    )
+    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    raw = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "num_warmups": config.num_warmups,
+        "seed": config.seed,
+    }
+    detail = {
+        "input_lens": input_lens,
+        "output_lens": output_lens,
+        "ttfts": ttfts,
+        "itls": itls,
+        "latencies": latencies,
+    }
+    return HFResult(
+        metrics=metrics,
+        detail=detail,
+        raw=raw,
+        gpu_memory_peak_bytes=peak,
+        command=config.command(),
+        config=asdict(config),
+    )
