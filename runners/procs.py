@@ -1,0 +1,150 @@
+"""Child processes that are always cleaned up: own process group, logged, killed as a group.
+
+The runner starts three kinds of children: the vLLM server (which forks engine workers),
+vLLM's bench client and the HF baseline. Each gets a session of its own
+(``start_new_session``), so
+
+- a Ctrl-C on the terminal reaches only the runner, which then stops them in order;
+- stopping kills the whole group, engine workers included, not just the leader;
+- nothing is left holding a GPU after the runner exits, whatever the exit path.
+
+Output goes to a log file, never a pipe (a full pipe would block a chatty server).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def spawn(
+    argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``argv`` (no shell) in a new session, stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment, with this ``runners`` package importable by a child Python.
+
+    ``python -m runners.x`` in a child must find the same package as the parent even
+    when the runner was started from another directory.
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, **(extra or {})}
+    path = env.get("PYTHONPATH", "")
+    if root not in path.split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
+    return env
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still exists (zombies of the runner included)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, so cleanup itself is not interrupted.
+
+    A signal that arrives meanwhile is delivered (and raises) right after the block.
+    """
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    except (AttributeError, ValueError):  # not the main thread / no pthreads
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> int | None:
+    """SIGTERM the process group, wait ``grace_s``, then SIGKILL whatever is left.
+
+    Waits for the leader (so it is reaped) and for the rest of the group to vanish.
+    Returns the leader's exit code.
+    """
+    pgid = proc.pid  # leader of its own session: pgid == pid
+    with signals_deferred():
+        if proc.poll() is None or group_alive(pgid):
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                proc.poll()
+                if proc.returncode is not None and not group_alive(pgid):
+                    break
+                time.sleep(0.1)
+            else:
+                _signal_group(pgid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+        # Orphaned group members are reparented to init, which reaps them; wait briefly.
+        deadline = time.monotonic() + grace_s
+        while group_alive(pgid) and time.monotonic() < deadline:
+            _signal_group(pgid, signal.SIGKILL)
+            time.sleep(0.1)
+    return proc.returncode
+
+
+def run(
+    argv: Sequence[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> int:
+    """Run a child to completion; on any exception (Ctrl-C included) stop its group first."""
+    proc = spawn(argv, log_path, env)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except BaseException:
+        stop(proc, grace_s=5.0)
+        raise
+    finally:
+        if group_alive(proc.pid):
+            stop(proc, grace_s=5.0)
+
+
+def tail(path: Path, lines: int = 30, max_chars: int = 6000) -> str:
+    """The last ``lines`` lines of a log (bounded), for failure reasons people can act on."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    out = "\n".join(text.splitlines()[-lines:])
+    return out[-max_chars:]

@@ -1,0 +1,188 @@
+"""One vLLM OpenAI-compatible server for one server configuration.
+
+Started as ``python -m vllm.entrypoints.openai.api_server`` from an argv list (no shell)
+in a process group of its own (``runners.procs``), on a free local port, logging to a
+file. Readiness is ``GET /health`` answering 200 before ``startup_timeout_s``; if the
+process exits first (bad model path, out of memory, unsupported flag) that is noticed
+within a second, not at the deadline, and the error carries the last lines of the log.
+
+The module entry point (not the ``vllm`` console script) is used because it exists in
+every vLLM distribution, including CPU builds whose console script cannot find the
+``vllm`` package metadata; ``command()`` still prints the ``vllm serve`` line a person
+would type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from runners import procs
+from runners.spec import Spec, VLLMBackend
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+HOST = "127.0.0.1"
+
+
+class ServerError(RuntimeError):
+    """The server could not start or died; the message is meant for a person."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def serve_flags(spec: Spec, backend: VLLMBackend) -> list[str]:
+    """Every `vllm serve` flag for this configuration, model and address excluded."""
+    m = spec.model
+    flags = ["--dtype", m.dtype, "--max-model-len", str(m.max_model_len)]
+    if m.revision:
+        flags += ["--revision", m.revision]
+    if m.tokenizer:
+        flags += ["--tokenizer", m.tokenizer]
+    if m.trust_remote_code:
+        flags.append("--trust-remote-code")
+    flags += [
+        "--tensor-parallel-size", str(backend.tensor_parallel_size),
+        "--kv-cache-dtype", backend.kv_cache_dtype,
+        # Explicit both ways: vLLM's default has changed between releases.
+        "--enable-prefix-caching" if backend.enable_prefix_caching
+        else "--no-enable-prefix-caching",
+    ]  # fmt: skip
+    optional = (
+        ("--gpu-memory-utilization", backend.gpu_memory_utilization),
+        ("--max-num-batched-tokens", backend.max_num_batched_tokens),
+        ("--max-num-seqs", backend.max_num_seqs),
+        ("--quantization", backend.quantization),
+        ("--block-size", backend.block_size),
+    )
+    for flag, value in optional:
+        if value is not None:
+            flags += [flag, str(value)]
+    if backend.enforce_eager:
+        flags.append("--enforce-eager")
+    if backend.speculative_config:
+        flags += ["--speculative-config", json.dumps(backend.speculative_config, sort_keys=True)]
+    # /health and /metrics polls would otherwise fill the log the failure reasons quote.
+    flags.append("--disable-uvicorn-access-log")
+    return [*flags, *backend.extra_args]
+
+
+def server_env(backend: VLLMBackend) -> dict[str, str]:
+    """Extra environment: dev mode exposes /reset_prefix_cache, needed only with caching."""
+    return {"VLLM_SERVER_DEV_MODE": "1"} if backend.enable_prefix_caching else {}
+
+
+class VLLMServer:
+    """A running (or startable) vLLM server; use as a context manager to always stop it."""
+
+    def __init__(self, spec: Spec, backend: VLLMBackend, log_path: Path) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.log_path = log_path
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def argv(self) -> list[str]:
+        address = ["--host", HOST, "--port", str(self.port)]
+        flags = serve_flags(self.spec, self.backend)
+        return [
+            sys.executable,
+            "-m",
+            SERVER_MODULE,
+            "--model",
+            self.spec.model.id,
+            *address,
+            *flags,
+        ]
+
+    def command(self) -> str:
+        """The `vllm serve` command a person would type to get this exact server."""
+        env = [f"{k}={v}" for k, v in server_env(self.backend).items()]
+        address = ["--host", HOST, "--port", str(self.port)]
+        argv = [*env, "vllm", "serve", self.spec.model.id, *address]
+        return shlex.join([*argv, *serve_flags(self.spec, self.backend)])
+
+    def start(self) -> None:
+        """Spawn the server and wait for /health; raise ServerError (server stopped) if not."""
+        env = {**os.environ, **server_env(self.backend)}
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {shlex.join(self.argv())}\n".encode())
+        self.proc = procs.spawn(self.argv(), self.log_path, env)
+        try:
+            self._wait_ready(started + self.backend.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def _wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        session = requests.Session()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerError(
+                    f"the vLLM server exited with code {code} before it was ready. "
+                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                )
+            try:
+                if session.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"the vLLM server was not ready within startup_timeout_s="
+                    f"{self.backend.startup_timeout_s} s (raise it for large models). "
+                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache so a point does not reuse the previous point's prompts."""
+        response = requests.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
+        if response.status_code != 200:
+            raise ServerError(
+                f"POST /reset_prefix_cache answered {response.status_code}: "
+                f"{response.text[:200]} (it needs VLLM_SERVER_DEV_MODE=1 in the server env)"
+            )
+
+    def log_tail(self, lines: int = 30) -> str:
+        return procs.tail(self.log_path, lines)
+
+    def stop(self) -> None:
+        """Stop the whole process group (engine workers included); safe to call twice."""
+        if self.proc is not None:
+            procs.stop(self.proc)
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
