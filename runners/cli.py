@@ -1,0 +1,247 @@
+"""``python -m runners``: run, validate and inspect benchmarks without the portal.
+
+    python -m runners run SPEC.yaml --out result.json
+    python -m runners run --preset seed --report URL        # token in SERVEBENCH_RUN_TOKEN
+    python -m runners validate SPEC.yaml                     # errors name the field; exit 2
+    python -m runners schema | env [SPEC] | presets [NAME] | tiny-model DIR
+    python -m runners hf --model M --input-len 1024 ...     # the HF baseline on its own
+
+Exit codes: 0 every measurement succeeded, 1 some or all failed, 2 usage error or
+invalid spec, 130 interrupted (SIGINT or SIGTERM).
+
+The run token is read from SERVEBENCH_RUN_TOKEN (preferred: arguments show up in
+``ps`` and in Kubernetes pod specs) or ``--token``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from runners.spec import PRESETS, Spec, SpecError, dump_spec, json_schema, loads_spec, preset
+
+TOKEN_ENV = "SERVEBENCH_RUN_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad arguments or an invalid spec: exit code 2 with a message."""
+
+
+def _load_spec(source: str | None, preset_name: str | None) -> Spec:
+    if (source is None) == (preset_name is None):
+        raise UsageError("give a spec file (or '-' for stdin) or --preset NAME, not both")
+    if preset_name is not None:
+        try:
+            return preset(preset_name)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read the spec: {exc}") from None
+    try:
+        return loads_spec(text)
+    except SpecError as exc:
+        lines = [f"  {e['field'] or '(spec)'}: {e['message']}" for e in exc.errors]
+        raise UsageError("invalid spec:\n" + "\n".join(lines)) from None
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runners.progress import Progress
+    from runners.report import Reporter
+    from runners.runner import Interrupted, Runner
+
+    spec = _load_spec(args.spec, args.preset)
+    reporter = None
+    if args.report:
+        token = os.environ.get(TOKEN_ENV) or args.token
+        if not token:
+            raise UsageError(f"--report needs a run token: set {TOKEN_ENV} (or pass --token)")
+        reporter = Reporter(args.report, token)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="servebench-run-"))
+    out = Path(args.out) if args.out else None
+    if out is None and reporter is None:
+        out = workdir / "result.json"
+    progress = Progress(quiet=args.quiet)
+    progress.say(
+        f"servebench: {spec.total_measurements()} measurements; logs in {workdir}"
+        + (f"; result -> {out}" if out else "")
+    )
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    code = Runner(spec, workdir=workdir, out=out, reporter=reporter, progress=progress).run()
+    progress.say(f"servebench: done, exit code {int(code)}" + (f"; result in {out}" if out else ""))
+    return int(code)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    spec = _load_spec(args.spec, None)
+    points = spec.points()
+    print(
+        f"ok: {spec.total_measurements()} measurements "
+        f"({len(points)} vLLM points x {len(spec.vllm_backends)} vLLM backends, "
+        f"{len(spec.hf_backends)} HF baselines, {spec.repeats} repeats)"
+    )
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from runners.environment import capture, fingerprint
+
+    if args.spec is None and args.preset is None:
+        print(json.dumps({"environment": capture(None)}, indent=2))
+        return 0
+    spec = _load_spec(args.spec, args.preset)
+    env = capture(spec)
+    print(json.dumps({"environment": env, "fingerprint": fingerprint(spec, env)}, indent=2))
+    return 0
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    if args.name:
+        try:
+            print(dump_spec(preset(args.name)), end="")
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        return 0
+    for name, entry in sorted(PRESETS.items()):
+        print(f"{name}: {entry['title']}\n    {entry['description']}")
+    return 0
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    from runners.tiny_model import build
+
+    try:
+        path = build(args.dir)
+    except FileExistsError as exc:
+        raise UsageError(str(exc)) from None
+    print(path)
+    return 0
+
+
+def cmd_hf(args: argparse.Namespace) -> int:
+    from runners.hf import HFConfig, run
+
+    config = HFConfig(
+        model=args.model,
+        revision=args.revision,
+        tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
+        dtype=args.dtype,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        num_prompts=args.num_prompts,
+        num_warmups=args.num_warmups,
+        seed=args.seed,
+        attn_implementation=args.attn_implementation,
+    )
+    try:
+        data = run(config).to_json()
+        code = 0
+    except Exception as exc:  # reported to the parent runner as the measurement's reason
+        traceback.print_exc()
+        data, code = {"error": f"the HF baseline failed: {type(exc).__name__}: {exc}"}, 1
+    text = json.dumps(data)
+    if args.result:
+        Path(args.result).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(json.dumps(data.get("metrics", data), indent=2))
+    return code
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _spec_source(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("spec", nargs=None if required else "?", help="YAML/JSON spec file, '-' = stdin")
+    if not required:
+        p.add_argument("--preset", help="a built-in spec instead of a file (see `presets`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runners",
+        description="servebench runner: HF sequential baseline vs vLLM sweeps.",
+        epilog="Exit codes: 0 all succeeded, 1 some failed, 2 usage/invalid spec, 130 interrupted.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a benchmark spec")
+    _spec_source(p)
+    p.add_argument("--out", help="write the result document here (updated after each point)")
+    p.add_argument("--report", metavar="URL", help="the portal's ingestion URL for this run")
+    p.add_argument("--token", help=f"run token (prefer the {TOKEN_ENV} environment variable)")
+    p.add_argument("--workdir", help="logs and raw client output (default: a new temp dir)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a spec; errors name the field (exit 2)")
+    _spec_source(p, required=True)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the spec's JSON Schema")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("env", help="print the captured environment as JSON")
+    _spec_source(p)
+    p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("presets", help="list presets, or print one as YAML")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("tiny-model", help="build the tiny test model into DIR (offline)")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_tiny_model)
+
+    p = sub.add_parser("hf", help="run only the HF sequential baseline")
+    p.add_argument("--model", required=True)
+    p.add_argument("--revision")
+    p.add_argument("--tokenizer")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument(
+        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
+    )
+    p.add_argument("--input-len", type=int, required=True)
+    p.add_argument("--output-len", type=int, required=True)
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--num-warmups", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
+    p.add_argument("--result", help="write the result JSON here instead of printing metrics")
+    p.set_defaults(func=cmd_hf)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,115 @@
+"""The runner -> portal HTTP reporter (docs/protocol.md).
+
+Every measurement is posted as soon as it exists, so a run that dies later loses
+nothing already measured. Posting is idempotent on (backend, point key, repeat), which
+makes retrying safe: connection errors, timeouts, 5xx, 408 and 429 are retried with
+exponential backoff and full jitter for up to ``max_elapsed_s`` (10 minutes by default,
+longer than a portal restart). A 409 means the run was cancelled: ``RunCancelled`` tells
+the runner to stop. Any other 4xx is final and raised as ``ReportRejected``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import requests
+
+from runners.result import Event, Measurement
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class ReportError(RuntimeError):
+    """The portal stayed unreachable (or kept failing) for the whole retry budget."""
+
+
+class ReportRejected(RuntimeError):
+    """The portal refused a message for good (a 4xx other than 408/409/429)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status = status
+        super().__init__(f"the portal answered {status}: {body[:300]}")
+
+
+class RunCancelled(RuntimeError):
+    """The portal answered 409: the run was cancelled; stop without further reports."""
+
+
+class Reporter:
+    """Posts events and measurements for one run: ``POST {url}/events|measurements``."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        max_elapsed_s: float = 600.0,
+        base_delay_s: float = 1.0,
+        max_delay_s: float = 60.0,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.max_elapsed_s = max_elapsed_s
+        self.base_delay_s = base_delay_s
+        self.max_delay_s = max_delay_s
+        self.timeout_s = timeout_s
+        self._session = requests.Session()
+        self._session.headers["Authorization"] = f"Bearer {token}"
+        self._session.headers["User-Agent"] = "servebench-runner"
+
+    def event(self, event: Event, *, max_elapsed_s: float | None = None) -> dict[str, Any]:
+        return self._post("events", event.model_dump(mode="json", exclude_none=True), max_elapsed_s)
+
+    def measurement(self, measurement: Measurement) -> dict[str, Any]:
+        return self._post("measurements", measurement.model_dump(mode="json"), None)
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after and retry_after.strip().isdigit():
+            return min(float(retry_after), self.max_delay_s)
+        # Full jitter: many runners retrying after one portal restart do not stampede.
+        cap = min(self.max_delay_s, self.base_delay_s * 2**attempt)
+        return random.uniform(0, cap)  # noqa: S311 (jitter, not cryptography)
+
+    def _post(self, path: str, body: dict[str, Any], max_elapsed_s: float | None) -> dict[str, Any]:
+        deadline = time.monotonic() + (max_elapsed_s or self.max_elapsed_s)
+        url = f"{self.url}/{path}"
+        attempt = 0
+        while True:
+            retry_after = None
+            try:
+                response = self._session.post(url, json=body, timeout=self.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code in (200, 201):
+                    try:
+                        return response.json()
+                    except ValueError:
+                        return {}
+                if response.status_code == 409:
+                    raise RunCancelled(response.text[:300] or "the run was cancelled")
+                if response.status_code not in RETRY_STATUS:
+                    raise ReportRejected(response.status_code, response.text)
+                problem = f"HTTP {response.status_code}"
+                retry_after = response.headers.get("Retry-After")
+            delay = self._delay(attempt, retry_after)
+            if time.monotonic() + delay > deadline:
+                raise ReportError(f"POST {url} kept failing ({problem}); gave up after retries")
+            log.warning("POST %s failed (%s); retrying in %.1f s", url, problem, delay)
+            time.sleep(delay)
+            attempt += 1
+
+
+class NoReporter:
+    """Stands in when the run has no portal (``--out`` only): reports go nowhere."""
+
+    def event(self, event: Event, *, max_elapsed_s: float | None = None) -> dict[str, Any]:
+        return {}
+
+    def measurement(self, measurement: Measurement) -> dict[str, Any]:
+        return {}

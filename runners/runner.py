@@ -1,0 +1,326 @@
+"""Orchestrates one run: environment -> HF baseline -> vLLM servers and points -> end.
+
+Order matters for trust:
+
+1. the environment is captured before any model is loaded;
+2. the HF baseline runs in a child process that exits before any vLLM server starts,
+   so the two never share the GPU;
+3. one vLLM server per distinct server configuration, started once, all of its points
+   (and repeats) measured against it, then stopped, always, whatever happens;
+4. every measurement is written to ``--out`` and posted to the portal the moment it
+   exists, so a crash later loses nothing already measured.
+
+Exit codes (``ExitCode``): 0 all measurements succeeded, 1 some or all failed (or the
+portal cancelled the run), 130 interrupted by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from runners import __version__, procs
+from runners.document import DocumentWriter
+from runners.environment import capture, fingerprint
+from runners.hf import HFConfig
+from runners.progress import Progress
+from runners.report import NoReporter, Reporter, ReportError, ReportRejected, RunCancelled
+from runners.result import Event, Measurement, PointInfo, ResultDocument, utcnow
+from runners.spec import HFBackend, Point, Spec, VLLMBackend, hf_point
+from runners.vllm_bench import measure_point, point_info
+from runners.vllm_server import ServerError, VLLMServer
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    INTERRUPTED = 130
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so the same cleanup as Ctrl-C runs."""
+
+
+def hf_config(spec: Spec, backend: HFBackend) -> HFConfig:
+    point = hf_point(spec, backend)
+    return HFConfig(
+        model=spec.model.id,
+        revision=spec.model.revision,
+        tokenizer=spec.model.tokenizer,
+        trust_remote_code=spec.model.trust_remote_code,
+        dtype=spec.model.dtype,
+        input_len=point.input_len,
+        output_len=point.output_len,
+        num_prompts=point.num_prompts,
+        num_warmups=backend.num_warmups,
+        seed=spec.workload.seed,
+        attn_implementation=backend.attn_implementation,
+    )
+
+
+def server_groups(spec: Spec) -> list[list[VLLMBackend]]:
+    """vLLM backends grouped by server configuration, in spec order (one server each)."""
+    groups: dict[str, list[VLLMBackend]] = {}
+    for backend in spec.vllm_backends:
+        key = json.dumps(backend.server_config(), sort_keys=True, default=str)
+        groups.setdefault(key, []).append(backend)
+    return list(groups.values())
+
+
+class Runner:
+    """Runs a spec; ``run()`` returns the exit code. One instance per run."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        workdir: Path,
+        out: Path | None = None,
+        reporter: Reporter | NoReporter | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.reporter = reporter or NoReporter()
+        self.progress = progress or Progress(quiet=True)
+        self.writer = DocumentWriter(out)
+        self.total = spec.total_measurements()
+        self._t0 = time.monotonic()
+        self.document = ResultDocument(
+            runner_version=__version__,
+            status="running",
+            spec=spec.model_dump(mode="json"),
+            timings={"started_at": utcnow()},
+        )
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _record(self, m: Measurement) -> None:
+        self.document.measurements.append(m)
+        self.writer.write(self.document)
+        done = len(self.document.measurements)
+        self.progress.measurement(done, self.total, m)
+        self._report(lambda: self.reporter.measurement(m))
+        line = f"{m.backend} {m.point.key} r{m.repeat}: {m.status}"
+        self._report(
+            lambda: self.reporter.event(
+                Event(type="progress", done=done, total=self.total, message=line)
+            )
+        )
+
+    def _report(self, call) -> None:
+        """Post to the portal; a final refusal is noted and the run goes on."""
+        try:
+            call()
+        except ReportRejected as exc:
+            self._error("report", str(exc))
+
+    def _error(self, where: str, message: str) -> None:
+        self.document.errors.append({"where": where, "message": message})
+        self.progress.say(f"error ({where}): {message.splitlines()[0][:300]}")
+
+    def _timing(self, key: str, value: Any) -> None:
+        self.document.timings[key] = value
+
+    def _failed(
+        self, backend: str, kind: str, point: PointInfo, repeat: int, error: str
+    ) -> Measurement:
+        now = utcnow()
+        return Measurement(
+            backend=backend,
+            backend_kind=kind,  # type: ignore[arg-type]
+            point=point,
+            repeat=repeat,
+            status="failed",
+            error=error,
+            started_at=now,
+            finished_at=now,
+            duration_s=0.0,
+        )
+
+    # ------------------------------------------------------------------ phases
+
+    def _environment(self) -> None:
+        t = time.monotonic()
+        env = capture(self.spec)
+        self.document.environment = env
+        self.document.fingerprint = fingerprint(self.spec, env)
+        self._timing("environment_s", round(time.monotonic() - t, 3))
+        self.writer.write(self.document)
+        self._report(
+            lambda: self.reporter.event(
+                Event(type="environment", environment=env, fingerprint=self.document.fingerprint)
+            )
+        )
+        gpu = env["gpu"]
+        self.progress.say(
+            f"environment: GPU {gpu['model']} x{gpu['count']}, vLLM {env['software']['vllm']}, "
+            f"torch {env['software']['torch']}, model revision {env['model']['revision'][:19]}"
+        )
+
+    def _hf(self, backend: HFBackend, repeat: int) -> Measurement:
+        config = hf_config(self.spec, backend)
+        stem = self.workdir / f"{backend.name}-r{repeat}"
+        result_path = stem.with_suffix(".json")
+        log_path = stem.with_suffix(".log")
+        result_path.unlink(missing_ok=True)
+        started_at, t = utcnow(), time.monotonic()
+        argv = [
+            sys.executable,
+            "-m",
+            "runners",
+            "hf",
+            *config.flags(),
+            "--result",
+            str(result_path),
+        ]
+        code = procs.run(argv, log_path, env=procs.python_env())
+        fields: dict[str, Any] = {"commands": {"hf": config.command()}}
+        data = json.loads(result_path.read_text()) if result_path.exists() else {}
+        error = data.get("error")
+        if code != 0 or "metrics" not in data:
+            error = error or (
+                f"the HF baseline exited with code {code}. "
+                f"Last lines of its log ({log_path}):\n{procs.tail(log_path)}"
+            )
+        else:
+            fields |= {
+                "metrics": data["metrics"],
+                "detail": data["detail"],
+                "raw": data["raw"],
+                "gpu_memory_peak_bytes": data.get("gpu_memory_peak_bytes"),
+            }
+        return Measurement(
+            backend=backend.name,
+            backend_kind="hf-sequential",
+            point=point_info(hf_point(self.spec, backend)),
+            repeat=repeat,
+            status="failed" if error else "succeeded",
+            error=error,
+            started_at=started_at,
+            finished_at=utcnow(),
+            duration_s=round(time.monotonic() - t, 3),
+            **fields,
+        )
+
+    def _vllm_group(self, backends: list[VLLMBackend]) -> None:
+        """One server for these backends; every point and repeat measured against it."""
+        points: list[Point] = self.spec.points()
+        first = backends[0]
+        server = VLLMServer(self.spec, first, self.workdir / f"server-{first.name}.log")
+        self.progress.say(
+            f"starting the vLLM server for {', '.join(b.name for b in backends)} "
+            f"(timeout {first.startup_timeout_s} s, log {server.log_path})"
+        )
+        try:
+            server.start()
+        except ServerError as exc:
+            self._error(f"server {first.name}", str(exc))
+            for repeat in range(self.spec.repeats):
+                for backend in backends:
+                    for point in points:
+                        self._record(
+                            self._failed(backend.name, "vllm", point_info(point), repeat, str(exc))
+                        )
+            return
+        try:
+            self._timing(f"server_startup_s.{first.name}", round(server.startup_s or 0, 1))
+            self.progress.say(
+                f"server ready in {server.startup_s:.0f} s (pid {server.pid}, {server.base_url})"
+            )
+            for repeat in range(self.spec.repeats):
+                for backend in backends:
+                    for point in points:
+                        if server.alive:
+                            m = measure_point(
+                                server, self.spec, backend, point, repeat, self.workdir
+                            )
+                        else:
+                            reason = (
+                                "the vLLM server had exited before this point. Last lines of "
+                                f"its log ({server.log_path}):\n{server.log_tail()}"
+                            )
+                            m = self._failed(
+                                backend.name, "vllm", point_info(point), repeat, reason
+                            )
+                        self._record(m)
+        finally:
+            server.stop()
+            self.progress.say(f"server stopped (pid {server.pid})")
+
+    # ------------------------------------------------------------------ the run
+
+    def _measure_all(self) -> None:
+        for backend in self.spec.hf_backends:
+            for repeat in range(self.spec.repeats):
+                self.progress.say(f"HF baseline {backend.name} r{repeat} (log in {self.workdir})")
+                self._record(self._hf(backend, repeat))
+        for backends in server_groups(self.spec):
+            self._vllm_group(backends)
+
+    def _finish(
+        self,
+        status: str,
+        message: str | None = None,
+        *,
+        send: bool = True,
+        report_budget_s: float | None = None,
+    ) -> None:
+        self.document.status = status  # type: ignore[assignment]
+        self._timing("finished_at", utcnow())
+        self._timing("duration_s", round(time.monotonic() - self._t0, 3))
+        self.writer.write(self.document)
+        if not send:
+            return
+        timings, errors = self.document.timings, self.document.errors
+        if status == "failed":
+            event = Event(type="failed", message=message, errors=errors, timings=timings)
+        else:
+            event = Event(type="finished", status=status, errors=errors, timings=timings)  # type: ignore[arg-type]
+        try:
+            self.reporter.event(event, max_elapsed_s=report_budget_s)
+        except (ReportError, ReportRejected, RunCancelled) as exc:
+            self.progress.say(f"could not send the final report: {exc}")
+
+    def run(self) -> ExitCode:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.writer.write(self.document)
+        try:
+            self._report(lambda: self.reporter.event(Event(type="started", total=self.total)))
+            self._environment()
+            self._measure_all()
+        except KeyboardInterrupt as exc:
+            what = "SIGTERM" if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+            message = f"interrupted by {what}; finished measurements are kept"
+            self._error("runner", message)
+            # A runner being stopped has seconds, not minutes: keep the last report short.
+            self._finish("failed", message, report_budget_s=10.0)
+            return ExitCode.INTERRUPTED
+        except RunCancelled as exc:
+            self._error("runner", f"the portal cancelled the run: {exc}")
+            self._finish("failed", send=False)
+            return ExitCode.FAILED
+        except ReportError as exc:
+            message = f"stopped: the portal was unreachable ({exc})"
+            self._error("report", message)
+            self._finish("failed", message, send=False)
+            return ExitCode.FAILED
+        except Exception as exc:
+            self._error("runner", "".join(traceback.format_exception(exc))[-4000:])
+            self._finish("failed", f"runner error: {type(exc).__name__}: {exc}")
+            return ExitCode.FAILED
+        ok = [m for m in self.document.measurements if m.status == "succeeded"]
+        if len(ok) == len(self.document.measurements) == self.total:
+            self._finish("succeeded")
+            return ExitCode.OK
+        if ok:
+            self._finish("partial")
+            return ExitCode.FAILED
+        self._finish("failed", "every measurement failed; see the errors of each")
+        return ExitCode.FAILED
