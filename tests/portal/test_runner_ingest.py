@@ -84,7 +84,10 @@ def test_the_event_sequence_drives_the_run(runner, measurement):
     assert started.json() == {"ok": True, "run_status": "running"}
     env = {
         "type": "environment",
-        "environment": {"gpus": [], "packages": {"torch": "2.13.0", "vllm": "0.32.0"}},
+        "environment": {
+            "gpu": {"model": "none", "count": 0, "driver_version": "none"},
+            "software": {"torch": "2.13.0", "vllm": "0.32.0"},
+        },
         "fingerprint": "a" * 64,
     }
     assert post(client, run, "events", env).status_code == 200
@@ -93,7 +96,10 @@ def test_the_event_sequence_drives_the_run(runner, measurement):
     assert post(client, run, "events", progress).status_code == 200
     run.refresh_from_db()
     assert (run.progress_done, run.progress_total, run.status) == (1, 3, RunStatus.RUNNING)
-    assert Environment.objects.get(run=run).torch_version == "2.13.0"
+    environment = Environment.objects.get(run=run)
+    assert environment.torch_version == "2.13.0"
+    assert (environment.gpu_name, environment.gpu_count, environment.driver) == ("CPU", 0, "")
+    assert (run.gpu_name, run.gpu_count) == ("CPU", 0)
     finished = {
         "type": "finished",
         "status": "succeeded",

@@ -1,11 +1,13 @@
 """The local executor: the runner as a subprocess on the worker's machine.
 
 Each run gets a work dir ``$SERVEBENCH_DATA_DIR/runs/<public_id>/`` holding ``spec.json``,
-``runner.log`` (stdout and stderr), ``result.json`` (the runner's ``--out``) and
-``exit_code`` (written by ``supervise.py``). The command is an argv list, never a shell
+``runner.log`` (stdout and stderr), ``result.json`` (the runner's ``--out``), ``work/``
+(the runner's ``--workdir``: server logs, raw client output) and ``exit_code`` (written by
+``supervise.py``). The command is an argv list, never a shell
 string:
 
-    SERVEBENCH_RUNNER_PYTHON -m runners run spec.json --report URL --out result.json
+    SERVEBENCH_RUNNER_PYTHON -m runners run spec.json --report URL --out result.json \
+        --workdir work
 
 with ``SERVEBENCH_RUN_TOKEN`` in its environment (not on the command line, where ``ps``
 shows it) and without the portal's own secrets. It runs in a new session (its own process
@@ -125,6 +127,8 @@ class LocalExecutor(Executor):
             report_url(run),
             "--out",
             str(workdir / "result.json"),
+            "--workdir",
+            str(workdir / "work"),
         ]
 
     def submit(self, run: Run, token: str) -> Handle:
