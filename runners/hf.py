@@ -122,13 +122,13 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _prompts(config: HFConfig, vocab_size: int, special_ids: set[int], n: int, seed: int):
-    """Random prompts of exactly input_len ordinary token ids, reproducible from the seed."""
+def random_prompts(input_len: int, vocab_size: int, special_ids: set[int], n: int, seed: int):
+    """``n`` prompts of exactly ``input_len`` ordinary token ids, reproducible from the seed."""
     import torch
 
     allowed = torch.tensor([i for i in range(vocab_size) if i not in special_ids])
     gen = torch.Generator().manual_seed(seed)
-    picks = torch.randint(0, len(allowed), (n, config.input_len), generator=gen)
+    picks = torch.randint(0, len(allowed), (n, input_len), generator=gen)
     return allowed[picks]
 
 
@@ -163,8 +163,8 @@ def run(config: HFConfig) -> HFResult:
     # often pad the vocabulary; draw only ids both know, never special ones.
     vocab = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     special = set(tokenizer.all_special_ids)
-    prompts = _prompts(config, vocab, special, config.num_prompts, config.seed)
-    warmups = _prompts(config, vocab, special, config.num_warmups, config.seed + 1)
+    prompts = random_prompts(config.input_len, vocab, special, config.num_prompts, config.seed)
+    warmups = random_prompts(config.input_len, vocab, special, config.num_warmups, config.seed + 1)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen_kwargs = {
         "max_new_tokens": config.output_len,

@@ -54,15 +54,38 @@ def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group.
+
+    Zombies hold no memory, GPU or port, only a process-table slot until their parent
+    (init, or the runner when it is a container's PID 1) reaps them, so they count as
+    gone. Reads /proc (Linux, where vLLM runs); elsewhere falls back to killpg(0).
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def group_alive(pgid: int) -> bool:
-    """Whether any process of the group still exists (zombies of the runner included)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether any live process of the group still exists."""
+    return bool(group_members(pgid))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
