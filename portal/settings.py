@@ -199,6 +199,11 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js from the installed plotly package, as static/vendor/plotly.min.js (no CDN).
+    "portal.web.finders.PlotlyFinder",
+]
 # Without the manifest (dev, tests) whitenoise serves straight from the apps' static dirs,
 # and STATIC_ROOT need not exist.
 WHITENOISE_USE_FINDERS = not _manifest

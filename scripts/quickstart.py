@@ -14,6 +14,7 @@ Run it again and it reuses the finished demo run (``--new-demo`` submits another
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -80,10 +81,8 @@ class Stack:
     def stop(self) -> None:
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.time() + 15
         for _, proc in self.procs:
             try:
@@ -117,7 +116,8 @@ def secret_key(dev: Path) -> str:
 
 def http(url: str, token: str, body: dict | None = None) -> dict:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    method = "POST" if body is not None else "GET"
+    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - our local portal
     req.add_header("Authorization", f"Bearer {token}")
     req.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - our own local portal
@@ -170,7 +170,9 @@ def main() -> int:
         model_dir = cache_dir() / "tiny-model-v1"
         if not (model_dir / "config.json").exists():
             say(f"building the tiny demo model in {model_dir}")
-            subprocess.run([PY, "-m", "runners", "tiny-model", str(model_dir)], check=True, cwd=ROOT)
+            subprocess.run(
+                [PY, "-m", "runners", "tiny-model", str(model_dir)], check=True, cwd=ROOT
+            )
 
         say(f"starting web ({base}), worker and beat; logs in {logs}")
         stack.start(

@@ -155,8 +155,14 @@ def throughput_figure(
             for x, y in zip(s.xs(), s.ys(metric), strict=True):
                 if y:
                     annotations.append(
-                        {"x": x, "y": y, "text": f"{y / ref:.1f}x", "showarrow": False,
-                         "yshift": 14, "font": {"size": 11, "color": "#374151"}}
+                        {
+                            "x": x,
+                            "y": y,
+                            "text": f"{y / ref:.1f}x",
+                            "showarrow": False,
+                            "yshift": 14,
+                            "font": {"size": 11, "color": "#374151"},
+                        }
                     )
     title = {
         "output_throughput": "Output tokens/s",
@@ -190,8 +196,12 @@ def latency_figure(sweep: str, series: list[Series], metric: str = "ttft") -> di
                     "hovertemplate": "%{y:.1f} ms<extra>" + f"{s.backend} {stat}</extra>",
                 }
             )
-    name = {"ttft": "Time to first token", "tpot": "Time per output token",
-            "itl": "Inter-token latency", "e2el": "End-to-end latency"}[metric]
+    name = {
+        "ttft": "Time to first token",
+        "tpot": "Time per output token",
+        "itl": "Inter-token latency",
+        "e2el": "End-to-end latency",
+    }[metric]
     all_x = sorted({x for s in mine for x in s.xs()})
     return {
         "data": traces,

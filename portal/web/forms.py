@@ -130,7 +130,9 @@ class RunForm(forms.Form):
                     self._concurrency_sweep = i
                     break
             else:
-                sweeps.insert(0, {"name": "concurrency", "axis": "max_concurrency", "values": values})
+                sweeps.insert(
+                    0, {"name": "concurrency", "axis": "max_concurrency", "values": values}
+                )
                 self._concurrency_sweep = 0
             data["sweeps"] = sweeps
         kinds = cd.get("backends") or []

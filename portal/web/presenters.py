@@ -41,7 +41,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "p99_ttft_ms": best["metrics"].get("p99_ttft_ms"),
         }
     if hf:
-        values = [r["metrics"]["output_throughput"] for r in hf if "output_throughput" in r["metrics"]]
+        values = [
+            r["metrics"]["output_throughput"] for r in hf if "output_throughput" in r["metrics"]
+        ]
         if values:
             out["hf_output_throughput"] = sum(values) / len(values)
     if "best" in out and out.get("hf_output_throughput"):

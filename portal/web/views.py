@@ -92,7 +92,9 @@ def run_new(request: HttpRequest) -> HttpResponse:
         status = 400
     else:
         form = RunForm()
-        form.initial_from_preset(request.GET.get("preset", "seed") if request.GET.get("preset") in rs.PRESETS else "seed")
+        form.initial_from_preset(
+            request.GET.get("preset", "seed") if request.GET.get("preset") in rs.PRESETS else "seed"
+        )
         status = 200
     presets = {key: preset_yaml(key) for key in rs.PRESETS}
     return render(request, "web/run_new.html", {"form": form, "presets": presets}, status=status)

@@ -1,0 +1,268 @@
+"""HTML pages through Django's test client: who sees what, the form, the run page, tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from portal.accounts.models import ApiToken
+from portal.benchmarks import services
+from portal.benchmarks.models import Run, RunStatus
+from runners import result as rr
+from runners.vllm_bench import split_result
+
+DATA = Path(__file__).resolve().parents[1] / "runners" / "data"
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def recorded_measurement(point_value: int, path: str, repeat: int = 0) -> rr.Measurement:
+    """A measurement built by the runner's own parser from a recorded vLLM client output."""
+    metrics, raw, detail = split_result(json.loads((DATA / path).read_text()))
+    return rr.Measurement(
+        backend="vllm",
+        backend_kind="vllm",
+        point=rr.PointInfo(
+            key=f"concurrency:max_concurrency={point_value}",
+            sweep="concurrency",
+            axis="max_concurrency",
+            value=point_value,
+            input_len=128,
+            output_len=32,
+            max_concurrency=point_value,
+            num_prompts=32,
+        ),
+        repeat=repeat,
+        status="succeeded",
+        metrics=metrics,
+        server_metrics=rr.ServerMetrics(preemptions=0, kv_cache_usage_peak=0.31, samples=4),
+        commands={"serve": "vllm serve /models/tiny --dtype bfloat16", "bench": "vllm bench serve"},
+        raw=raw,
+        detail=detail,
+        started_at="2026-11-30T06:00:00+00:00",
+        finished_at="2026-11-30T06:00:09+00:00",
+        duration_s=9.0,
+    )
+
+
+def hf_measurement(throughput: float = 40.0) -> rr.Measurement:
+    return rr.Measurement(
+        backend="hf-sequential",
+        backend_kind="hf-sequential",
+        point=rr.PointInfo(
+            key="baseline",
+            sweep="baseline",
+            input_len=128,
+            output_len=32,
+            max_concurrency=1,
+            num_prompts=8,
+        ),
+        repeat=0,
+        status="succeeded",
+        metrics={"output_throughput": throughput, "p99_ttft_ms": 20.0, "request_throughput": 1.2},
+        commands={"hf": "python -m runners hf --model /models/tiny"},
+        started_at="2026-11-30T05:59:00+00:00",
+        finished_at="2026-11-30T05:59:30+00:00",
+        duration_s=30.0,
+    )
+
+
+@pytest.fixture
+def finished_run(make_run: Any, make_user: Any) -> Run:
+    owner = make_user("alice")
+    run = make_run(owner=owner, status=RunStatus.RUNNING)
+    services.ingest_measurement(run, hf_measurement())
+    services.ingest_measurement(run, recorded_measurement(4, "vllm-0.32-bench-serve-c4.json"))
+    services.ingest_measurement(
+        run, recorded_measurement(8, "vllm-0.32-bench-serve-c8-detailed.json")
+    )
+    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    run.refresh_from_db()
+    return run
+
+
+def test_the_run_page_shows_numbers_charts_and_downloads_to_its_owner(finished_run: Run) -> None:
+    page = signed_in(finished_run.owner).get(finished_run.get_absolute_url())
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Succeeded" in html
+    assert 'id="figures-data"' in html
+    figures = page.context["figures"]
+    assert [f["id"] for f in figures] == [
+        "concurrency-output", "concurrency-ttft", "concurrency-tpot",
+    ]  # fmt: skip
+    # The throughput chart: the vLLM series at 4 and 8 plus the HF reference line.
+    traces = figures[0]["figure"]["data"]
+    assert traces[0]["x"] == [4.0, 8.0]
+    assert traces[1]["name"] == "hf-sequential (baseline)"
+    summary = page.context["summary"]
+    assert summary["hf_output_throughput"] == 40.0
+    assert summary["speedup"] == pytest.approx(summary["best"]["output_throughput"] / 40.0)
+    assert "/static/vendor/plotly.min.js" in html  # served by us, never a CDN
+    assert "cdn" not in html.lower()
+    assert "vllm serve /models/tiny" in html  # reproduce commands
+
+
+def test_run_downloads_give_the_spec_and_the_result_document(finished_run: Run) -> None:
+    client = signed_in(finished_run.owner)
+    spec = client.get(f"/runs/{finished_run.public_id}/spec.yaml")
+    assert spec.status_code == 200
+    assert b"model:" in spec.content and b"org/tiny-model" in spec.content
+    result = client.get(f"/runs/{finished_run.public_id}/result.json")
+    doc = json.loads(result.content)
+    rr.ResultDocument.model_validate(doc)
+    assert len(doc["measurements"]) == 3
+    assert doc["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("who", ["other", "anon"])
+def test_a_private_run_is_a_404_for_everyone_but_its_owner(
+    finished_run: Run, make_user: Any, who: str
+) -> None:
+    client = signed_in(make_user("mallory")) if who == "other" else Client()
+    for suffix in ("", "status.json", "spec.yaml", "result.json"):
+        response = client.get(f"/runs/{finished_run.public_id}/{suffix}")
+        assert response.status_code == 404, suffix
+
+
+def test_a_public_run_is_readable_without_signing_in(finished_run: Run) -> None:
+    Run.objects.filter(pk=finished_run.pk).update(is_public=True)
+    assert Client().get(finished_run.get_absolute_url()).status_code == 200
+
+
+def test_the_status_endpoint_reports_progress(make_run: Any) -> None:
+    run = make_run(status=RunStatus.RUNNING, progress_done=2)
+    state = signed_in(run.owner).get(f"/runs/{run.public_id}/status.json").json()
+    assert state["status"] == "running"
+    assert state["done"] == 2 and state["total"] == run.progress_total == 3
+    assert state["final"] is False
+
+
+def test_the_list_filters_and_shows_only_visible_runs(make_run: Any, make_user: Any) -> None:
+    alice, bob = make_user("alice"), make_user("bob")
+    mine = make_run(owner=alice, status=RunStatus.FAILED)
+    make_run(owner=alice)
+    theirs = make_run(owner=bob)
+    client = signed_in(alice)
+    listed = client.get("/runs/").context["runs"]
+    assert theirs not in listed and len(listed) == 2
+    failed = client.get("/runs/?status=failed").context["runs"]
+    assert failed == [mine]
+    bad = client.get("/runs/?status=exploded")
+    assert bad.status_code == 200 and "unknown status" in bad.content.decode()
+
+
+def test_the_form_needs_a_signed_in_user() -> None:
+    response = Client().get("/runs/new/")
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_the_form_starts_from_the_seed_preset(make_user: Any) -> None:
+    page = signed_in(make_user()).get("/runs/new/")
+    assert page.status_code == 200
+    form = page.context["form"]
+    assert form.initial["model_id"] == "Qwen/Qwen3-0.6B"
+    assert form.initial["concurrency"] == "1, 4, 16, 64"
+    assert "Qwen/Qwen3-0.6B" in form.initial["spec_text"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "form_field", "message"),
+    [
+        ({"model_id": "org/model;rm -rf /"}, "model_id", "not allowed"),
+        ({"input_len": "-5"}, "input_len", "greater than or equal to 1"),
+        ({"concurrency": "1, four"}, "concurrency", "not a positive whole number"),
+        ({"concurrency": "4, 4"}, "concurrency", "unique"),
+        ({"spec_text": "model: [unclosed"}, "spec_text", "not valid YAML"),
+        ({"spec_text": "model: {id: a/b}\nbogus: 1"}, "spec_text", "bogus: unknown field"),
+        ({"preset": "", "spec_text": ""}, "spec_text", "choose a preset"),
+    ],
+)
+def test_bad_input_is_shown_next_to_its_field_and_nothing_is_queued(
+    make_user: Any, fields: dict[str, str], form_field: str, message: str
+) -> None:
+    data = {"preset": "seed", "backends": ["hf-sequential", "vllm"], **fields}
+    response = signed_in(make_user()).post("/runs/new/", data)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert form_field in errors, errors
+    assert any(message.lower() in e.lower() for e in errors[form_field]), errors[form_field]
+    assert f'id="{form_field}-errors"' in response.content.decode()
+    assert Run.objects.count() == 0
+
+
+def test_a_valid_form_creates_the_run_and_opens_its_page(make_user: Any) -> None:
+    user = make_user()
+    response = signed_in(user).post(
+        "/runs/new/",
+        {
+            "preset": "seed",
+            "name": "my sweep",
+            "model_id": "Qwen/Qwen3-1.7B",
+            "input_len": "512",
+            "output_len": "64",
+            "num_prompts": "100",
+            "concurrency": "2, 8",
+            "backends": ["vllm"],
+        },
+    )
+    run = Run.objects.get()
+    assert response.status_code == 302 and response["Location"] == run.get_absolute_url()
+    assert run.owner == user and run.name == "my sweep"
+    spec = run.spec
+    assert spec["model"]["id"] == "Qwen/Qwen3-1.7B"
+    assert spec["workload"]["input_len"] == 512 and spec["workload"]["num_prompts"] == 100
+    assert spec["sweeps"][0]["values"] == [2, 8]
+    assert [b["kind"] for b in spec["backends"]] == ["vllm"]
+    # The seed's other sweeps are kept.
+    assert [s["name"] for s in spec["sweeps"]] == ["concurrency", "prompt-length", "output-length"]
+
+
+def test_the_owner_cancels_from_the_run_page(make_run: Any, make_user: Any) -> None:
+    run = make_run(status=RunStatus.QUEUED)
+    assert signed_in(make_user()).post(f"/runs/{run.public_id}/cancel/").status_code == 404
+    response = signed_in(run.owner).post(f"/runs/{run.public_id}/cancel/")
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+
+
+def test_tokens_are_shown_once_and_can_be_revoked(make_user: Any) -> None:
+    user = make_user()
+    client = signed_in(user)
+    page = client.post("/tokens/", {"name": "github-actions"})
+    plaintext = page.context["new_plaintext"]
+    assert plaintext.startswith("sb_ci_")
+    token = ApiToken.objects.get(user=user)
+    assert plaintext not in (token.digest, token.lookup)
+    assert plaintext not in client.get("/tokens/").content.decode()
+    api = Client(headers={"Authorization": f"Bearer {plaintext}"})
+    assert api.get("/api/v1/runs/").status_code == 200
+    client.post("/tokens/", {"revoke": token.pk})
+    assert api.get("/api/v1/runs/").status_code == 401
+
+
+def test_names_with_html_are_shown_as_text(make_run: Any) -> None:
+    run = make_run(name='<script>alert("x")</script>')
+    html = signed_in(run.owner).get(run.get_absolute_url()).content.decode()
+    assert '<script>alert("x")</script>' not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_plotly_js_is_served_from_our_static_files() -> None:
+    from django.contrib.staticfiles import finders
+
+    path = finders.find("vendor/plotly.min.js")
+    assert path and Path(path).stat().st_size > 1_000_000
+    response = Client().get("/static/vendor/plotly.min.js")
+    assert response.status_code == 200
