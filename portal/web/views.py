@@ -89,15 +89,14 @@ def run_new(request: HttpRequest) -> HttpResponse:
             )
             messages.success(request, f"Run {run.short_id} is queued.")
             return redirect(run.get_absolute_url())
-        status = 400
     else:
         form = RunForm()
-        form.initial_from_preset(
-            request.GET.get("preset", "seed") if request.GET.get("preset") in rs.PRESETS else "seed"
-        )
-        status = 200
+        chosen = request.GET.get("preset", "seed")
+        form.initial_from_preset(chosen if chosen in rs.PRESETS else "seed")
     presets = {key: preset_yaml(key) for key in rs.PRESETS}
-    return render(request, "web/run_new.html", {"form": form, "presets": presets}, status=status)
+    # A form with errors is re-rendered with 200, as Django forms are; the errors sit at
+    # their fields and nothing was stored.
+    return render(request, "web/run_new.html", {"form": form, "presets": presets})
 
 
 def _measurement_rows(run: Run) -> list[Measurement]:

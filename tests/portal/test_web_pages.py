@@ -193,7 +193,7 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_queued(
 ) -> None:
     data = {"preset": "seed", "backends": ["hf-sequential", "vllm"], **fields}
     response = signed_in(make_user()).post("/runs/new/", data)
-    assert response.status_code == 400
+    assert response.status_code == 200
     errors = response.context["form"].errors
     assert form_field in errors, errors
     assert any(message.lower() in e.lower() for e in errors[form_field]), errors[form_field]

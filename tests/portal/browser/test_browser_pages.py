@@ -1,0 +1,158 @@
+"""The pages in a real headless Chromium: sign in, submit, live progress, charts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portal.benchmarks import services
+from portal.benchmarks.models import Run, RunStatus
+from runners import result as rr
+from runners.vllm_bench import split_result
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DATA = Path(__file__).resolve().parents[2] / "runners" / "data"
+
+
+def recorded(value: int, path: str) -> rr.Measurement:
+    """A measurement made by the runner's parser from a recorded vLLM bench client output."""
+    metrics, raw, detail = split_result(json.loads((DATA / path).read_text()))
+    return rr.Measurement(
+        backend="vllm",
+        backend_kind="vllm",
+        point=rr.PointInfo(
+            key=f"concurrency:max_concurrency={value}",
+            sweep="concurrency",
+            axis="max_concurrency",
+            value=value,
+            input_len=128,
+            output_len=32,
+            max_concurrency=value,
+            num_prompts=32,
+        ),
+        repeat=0,
+        status="succeeded",
+        metrics=metrics,
+        server_metrics=rr.ServerMetrics(preemptions=0, kv_cache_usage_peak=0.3, samples=3),
+        raw=raw,
+        detail=detail,
+        started_at="2026-11-30T06:00:00+00:00",
+        finished_at="2026-11-30T06:00:09+00:00",
+        duration_s=9.0,
+    )
+
+
+def baseline() -> rr.Measurement:
+    return rr.Measurement(
+        backend="hf-sequential",
+        backend_kind="hf-sequential",
+        point=rr.PointInfo(
+            key="baseline",
+            sweep="baseline",
+            input_len=128,
+            output_len=32,
+            max_concurrency=1,
+            num_prompts=8,
+        ),
+        repeat=0,
+        status="succeeded",
+        metrics={"output_throughput": 45.0, "request_throughput": 1.4, "p99_ttft_ms": 25.0},
+        started_at="2026-11-30T05:59:00+00:00",
+        finished_at="2026-11-30T05:59:30+00:00",
+        duration_s=30.0,
+    )
+
+
+def user_with_password(make_user: Any, name: str = "carol") -> tuple[Any, str]:
+    user = make_user(name)
+    return user, "pw-" + name  # the factory's password
+
+
+def test_sign_in_then_submit_shows_errors_at_the_field_then_queues(
+    page: Any, make_user: Any
+) -> None:
+    user, password = user_with_password(make_user)
+    page.sign_in(user.username, password)
+    page.goto("/runs/new/")
+    page.page.fill("#id_model_id", "org/model;rm -rf /")
+    page.page.click("#run-form button[type=submit]")
+    error = page.page.locator("#model_id-errors")
+    assert "not allowed" in error.inner_text()
+    assert page.page.locator("[data-field=model_id].has-error").count() == 1
+    page.shot("run-new-error")
+    assert Run.objects.count() == 0
+
+    page.page.fill("#id_model_id", "Qwen/Qwen3-0.6B")
+    page.page.fill("#id_concurrency", "1, 8")
+    page.page.click("#run-form button[type=submit]")
+    page.page.wait_for_url("**/runs/*/")
+    run = Run.objects.get()
+    assert page.page.url.endswith(run.get_absolute_url())
+    assert page.page.locator("#run-status").inner_text() == "Queued"
+    assert run.spec["sweeps"][0]["values"] == [1, 8]
+    assert page.console_errors == []
+
+
+def test_choosing_a_preset_fills_the_spec_box(page: Any, make_user: Any) -> None:
+    user, password = user_with_password(make_user)
+    page.sign_in(user.username, password)
+    page.goto("/runs/new/")
+    page.page.fill("#id_spec_text", "")
+    page.page.select_option("#id_preset", "seed")
+    assert "Qwen/Qwen3-0.6B" in page.page.input_value("#id_spec_text")
+
+
+def test_the_run_page_shows_progress_live_then_the_charts(
+    page: Any, make_run: Any, make_user: Any
+) -> None:
+    user, password = user_with_password(make_user)
+    run = make_run(owner=user, status=RunStatus.RUNNING)
+    page.sign_in(user.username, password)
+    page.goto(run.get_absolute_url())
+    assert page.page.locator("#run-status").inner_text() == "Running"
+    page.page.evaluate("window.__sameDocument = true")
+
+    services.ingest_measurement(run, baseline())
+    services.ingest_event(run, rr.Event(type="progress", done=1, total=3))
+    page.page.wait_for_function("document.getElementById('run-done').textContent === '1'")
+    page.page.wait_for_selector("#measurements")
+    page.shot("run-live-progress")
+
+    services.ingest_measurement(run, recorded(4, "vllm-0.32-bench-serve-c4.json"))
+    services.ingest_measurement(run, recorded(8, "vllm-0.32-bench-serve-c8-detailed.json"))
+    services.ingest_event(run, rr.Event(type="progress", done=3, total=3))
+    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    page.page.wait_for_function(
+        "document.getElementById('run-status').textContent.trim() === 'Succeeded'"
+    )
+    chart = "document.getElementById('chart-concurrency-output')"
+    page.page.wait_for_function(f"{chart} && {chart}.data && {chart}.data.length === 2")
+    # No reload happened: the page updated itself.
+    assert page.page.evaluate("window.__sameDocument") is True
+    traces = page.page.evaluate(f"{chart}.data.map(t => ({{name: t.name, n: t.x.length}}))")
+    assert traces == [
+        {"name": "vllm", "n": 2},
+        {"name": "hf-sequential (baseline)", "n": 2},
+    ]
+    for chart_id in ("concurrency-ttft", "concurrency-tpot"):
+        n = page.page.evaluate(f"document.getElementById('chart-{chart_id}').data.length")
+        assert n == 3  # p50, p90, p99
+    assert page.page.locator("#measurements tbody tr").count() == 3
+    page.shot("run-finished")
+    assert page.console_errors == []
+
+
+def test_a_private_run_is_not_shown_to_anonymous_visitors(page: Any, make_run: Any) -> None:
+    run = make_run()
+    response = page.goto(run.get_absolute_url())
+    assert response.status == 404
+    assert "private" in page.page.locator("main").inner_text()
+    page.console_errors.clear()  # the browser logs the 404 itself
+    Run.objects.filter(pk=run.pk).update(is_public=True)
+    response = page.goto(run.get_absolute_url())
+    assert response.status == 200
+    assert page.console_errors == []
