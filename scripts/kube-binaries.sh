@@ -34,8 +34,11 @@ if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kube-controller-manager" ]; th
   need_root
   echo "servebench: building kube-apiserver and kube-controller-manager 1.20.2 from Debian's source (6-9 min, once; log: $log)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync jq dpkg-dev openssl >>"$log" 2>&1
-  if ! grep -rqs "^deb-src .*bookworm main" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb-src http://deb.debian.org/debian bookworm main" > /etc/apt/sources.list.d/servebench-src.list
+  if ! grep -rqsE "^(deb-src .*bookworm main|Types:.*deb-src)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    # Same keyring as the binary entries, or apt refuses the conflicting Signed-By.
+    keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: %s\n' \
+      "$keyring" > /etc/apt/sources.list.d/servebench-src.sources
   fi
   apt-get update -qq >>"$log" 2>&1
   src="$cache/src"
