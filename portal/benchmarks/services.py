@@ -138,7 +138,7 @@ def spec_fingerprint(spec: rs.Spec, gpu_name: str = "", gpu_count: int | None = 
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def _backend_labels(spec: rs.Spec) -> list[str]:
+def backend_labels(spec: rs.Spec) -> list[str]:
     return sorted({b.kind for b in spec.backends} | {b.name for b in spec.backends})
 
 
@@ -184,7 +184,7 @@ def create_run(
             model_id=parsed.model.id[:256],
             gpu_name=gpu_type,
             gpu_count=parsed.resources.gpu_count,
-            backends=_backend_labels(parsed),
+            backends=backend_labels(parsed),
             progress_total=parsed.total_measurements(),
             fingerprint=spec_fingerprint(parsed, gpu_type),
             is_public=is_public,
