@@ -31,6 +31,7 @@ from portal.api.serializers import (
     RunCreateRequest,
     RunDetailSerializer,
     RunSerializer,
+    measurement_rows,
 )
 from portal.benchmarks import queries, services
 from portal.benchmarks.models import Environment, Run
@@ -149,7 +150,7 @@ class RunDetail(APIView):
         run = get_run_or_404(request.user, public_id)
         context = {
             "request": request,
-            "measurements": list(queries.run_measurements(run)),
+            "measurements": measurement_rows(run),
             "environment": Environment.objects.filter(run=run).first(),
         }
         return Response(RunDetailSerializer(run, context=context).data)

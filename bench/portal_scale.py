@@ -1,0 +1,467 @@
+"""How the portal's pages scale: 10,000 runs and 200,000 measurements.
+
+    python bench/portal_scale.py [--runs 10000] [--measurements 200000] [--repeat 20]
+
+Fills a throwaway database (``test_<your db>_scale``, dropped at the end) with generated
+runs of realistic shape (models, GPUs, statuses, sweeps, metrics and per-request JSON),
+then times pages in this process through Django's test client against a trivial view
+that goes through the same middleware, and counts SQL queries per page. Query counts are
+taken twice, at 1% of the data and at all of it: they must not grow with the data.
+
+Target (issue 3): each page within 5x the trivial view; query counts independent of the
+number of runs and measurements. This prints; it asserts nothing.
+
+Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import secrets
+import statistics
+import sys
+import time
+import types
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MODELS = [
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-8B",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "mistralai/Mistral-7B-Instruct-v0.3",
+    "google/gemma-3-4b-it",
+    "microsoft/Phi-4-mini-instruct",
+]
+GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L4", "NVIDIA A10G", "CPU"]
+STATUSES = ["succeeded"] * 80 + ["failed"] * 12 + ["cancelled"] * 5 + ["running"] * 2 + ["queued"]
+SWEEPS = [
+    ("concurrency", "max_concurrency", [1, 2, 4, 8, 16, 32, 64, 128]),
+    ("prompt-length", "input_len", [128, 512, 1024, 2048, 4096]),
+    ("output-length", "output_len", [32, 128, 512, 1024]),
+]
+
+
+def setup_django() -> None:
+    if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+        from portal.devservices import ensure
+
+        os.environ.update(ensure().env())
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ.setdefault("SERVEBENCH_PUBLIC_URL", "http://testserver")
+    os.environ.setdefault("SERVEBENCH_STATIC_MANIFEST", "0")
+    os.environ.setdefault("SERVEBENCH_LOG_LEVEL", "WARNING")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    import django
+
+    django.setup()
+
+
+def trivial_urlconf() -> str:
+    """The portal's URLs plus three trivial views, one per stack a page runs through:
+
+    - /__trivial__: a bare view (middleware only) returning "ok";
+    - /__trivial_api__: a DRF view with the API's authentication, one small query, JSON;
+    - /__trivial_web__: a session-authenticated view, one small query, a tiny template.
+    """
+    from django.contrib.auth.decorators import login_required
+    from django.http import HttpResponse
+    from django.template import engines
+    from django.urls import path
+    from rest_framework.response import Response
+    from rest_framework.views import APIView
+
+    import portal.urls
+    from portal.benchmarks.models import Run
+
+    def trivial(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    class TrivialApi(APIView):
+        def get(self, request: Any) -> Response:
+            return Response({"user": str(request.user), "any": Run.objects.exists()})
+
+    template = engines["django"].from_string("<p>{{ user.username }}: {{ any }}</p>")
+
+    @login_required
+    def trivial_web(request: Any) -> HttpResponse:
+        return HttpResponse(template.render({"user": request.user, "any": Run.objects.exists()}))
+
+    module = types.ModuleType("bench_portal_scale_urls")
+    module.urlpatterns = [
+        path("__trivial__", trivial),
+        path("__trivial_api__", TrivialApi.as_view()),
+        path("__trivial_web__", trivial_web),
+        *portal.urls.urlpatterns,
+    ]
+    sys.modules[module.__name__] = module
+    return module.__name__
+
+
+# --------------------------------------------------------------------------- data
+
+
+def spec_for(rng: random.Random, model: str, gpu: str) -> dict[str, Any]:
+    from runners import spec as rs
+
+    sweeps = [
+        {"name": name, "axis": axis, "values": values}
+        for name, axis, values in rng.sample(SWEEPS, rng.randint(1, 3))
+    ]
+    spec = rs.Spec.model_validate(
+        {
+            "name": f"{model.split('/')[-1]} on {gpu}",
+            "model": {"id": model, "max_model_len": 8192},
+            "workload": {"input_len": 1024, "output_len": 128, "num_prompts": 256},
+            "sweeps": sweeps,
+            "backends": [{"kind": "hf-sequential"}, {"kind": "vllm"}],
+            "resources": {"gpu_count": 0 if gpu == "CPU" else 1},
+        }
+    )
+    return spec.model_dump(mode="json")
+
+
+def metrics_for(
+    rng: random.Random, concurrency: int, output_len: int, hf: bool
+) -> dict[str, float]:
+    per_seq = rng.uniform(40, 120) if not hf else rng.uniform(15, 40)
+    out_tps = per_seq * (concurrency ** (0.8 if not hf else 0))
+    metrics = {
+        "duration": 256 * output_len / out_tps,
+        "completed": 256.0,
+        "failed": 0.0,
+        "request_throughput": out_tps / output_len,
+        "output_throughput": out_tps,
+        "total_token_throughput": out_tps * 9,
+    }
+    for name, base in (("ttft", 30.0), ("tpot", 1000 / per_seq), ("itl", 1000 / per_seq)):
+        mean = base * (1 + concurrency / 32)
+        metrics.update(
+            {
+                f"mean_{name}_ms": mean,
+                f"median_{name}_ms": mean * 0.95,
+                f"std_{name}_ms": mean * 0.2,
+                f"p90_{name}_ms": mean * 1.4,
+                f"p99_{name}_ms": mean * 2.1,
+            }
+        )
+    e2el = metrics["mean_ttft_ms"] + metrics["mean_tpot_ms"] * output_len
+    metrics.update({"mean_e2el_ms": e2el, "median_e2el_ms": e2el, "p90_e2el_ms": e2el * 1.3})
+    metrics["p99_e2el_ms"] = e2el * 1.8
+    return metrics
+
+
+def generate(n_runs: int, n_measurements: int, seed: int = 1) -> None:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.utils import timezone
+
+    from portal.benchmarks.models import Environment, Measurement, Run, new_public_id
+    from portal.benchmarks.services import backend_labels
+    from runners import spec as rs
+
+    rng = random.Random(seed)
+    User = get_user_model()
+    users = [User(username=f"user{i}") for i in range(20)]
+    for u in users:
+        u.set_unusable_password()
+    User.objects.bulk_create(users)
+    users = list(User.objects.order_by("id"))
+    now = timezone.now()
+    per_run = n_measurements / n_runs
+    specs = {}
+    runs = []
+    for i in range(n_runs):
+        model, gpu = rng.choice(MODELS), rng.choice(GPUS)
+        key = (model, gpu, rng.randint(0, 5))
+        if key not in specs:
+            specs[key] = spec_for(rng, model, gpu)
+        spec = specs[key]
+        status = rng.choice(STATUSES)
+        created = now - timedelta(minutes=i * 25 + rng.randint(0, 20))
+        runs.append(
+            Run(
+                public_id=new_public_id(),
+                owner=rng.choice(users),
+                name=spec["name"],
+                spec=spec,
+                spec_version=1,
+                status=status,
+                failure_reason="vLLM server did not start: CUDA out of memory"
+                if status == "failed"
+                else "",
+                created_at=created,
+                updated_at=created,
+                dispatched_at=created + timedelta(seconds=2),
+                started_at=created + timedelta(seconds=30),
+                finished_at=created + timedelta(minutes=40)
+                if status in ("succeeded", "failed", "cancelled")
+                else None,
+                progress_done=int(per_run),
+                progress_total=int(per_run),
+                executor="kubernetes",
+                model_id=spec["model"]["id"],
+                gpu_name=gpu,
+                gpu_count=spec["resources"]["gpu_count"],
+                backends=backend_labels(rs.Spec.model_validate(spec)),
+                fingerprint=f"{hash(key) & (2**64 - 1):064x}",
+                is_public=rng.random() < 0.3,
+            )
+        )
+    Run.objects.bulk_create(runs, batch_size=2000)
+    runs = list(Run.objects.order_by("id").only("id", "created_at", "gpu_name", "spec"))
+    Environment.objects.bulk_create(
+        [
+            Environment(
+                run_id=r.id,
+                snapshot={
+                    "gpu": {"model": r.gpu_name, "count": 1},
+                    "software": {"vllm": "0.32.0", "torch": "2.13.0"},
+                },
+                fingerprint="e" * 64,
+                gpu_name=r.gpu_name,
+                gpu_count=1,
+                vllm_version="0.32.0",
+                torch_version="2.13.0",
+                transformers_version="5.19.0",
+            )
+            for r in runs
+        ],
+        batch_size=2000,
+    )
+    detail_n = 16  # per-request arrays, shortened from num_prompts to keep the fill quick
+    batch: list[Measurement] = []
+    made = 0
+    for index, run in enumerate(runs):
+        # Spread n_measurements over the runs: some have more points or repeats than others.
+        target = int((index + 1) * per_run) - int(index * per_run)
+        points = [("baseline", None, None, "hf-sequential")]
+        for sweep in run.spec["sweeps"]:
+            for value in sweep["values"]:
+                points.append((sweep["name"], sweep["axis"], value, "vllm"))
+        for j in range(target):
+            sweep, axis, value, kind = points[j % len(points)]
+            repeat = j // len(points)
+            concurrency = int(value) if axis == "max_concurrency" else (1 if kind != "vllm" else 64)
+            output_len = int(value) if axis == "output_len" else 128
+            m = metrics_for(rng, concurrency, output_len, kind != "vllm")
+            key = sweep if axis is None else f"{sweep}:{axis}={value}"
+            batch.append(
+                Measurement(
+                    run_id=run.id,
+                    backend=kind,
+                    backend_kind=kind,
+                    point_key=key,
+                    sweep=sweep,
+                    axis=axis or "",
+                    value=value,
+                    repeat=repeat,
+                    status="succeeded",
+                    input_len=int(value) if axis == "input_len" else 1024,
+                    output_len=output_len,
+                    concurrency=concurrency,
+                    num_prompts=256,
+                    request_throughput=m["request_throughput"],
+                    output_throughput=m["output_throughput"],
+                    total_token_throughput=m["total_token_throughput"],
+                    mean_ttft_ms=m["mean_ttft_ms"],
+                    p50_ttft_ms=m["median_ttft_ms"],
+                    p90_ttft_ms=m["p90_ttft_ms"],
+                    p99_ttft_ms=m["p99_ttft_ms"],
+                    mean_tpot_ms=m["mean_tpot_ms"],
+                    p50_tpot_ms=m["median_tpot_ms"],
+                    p90_tpot_ms=m["p90_tpot_ms"],
+                    p99_tpot_ms=m["p99_tpot_ms"],
+                    mean_itl_ms=m["mean_itl_ms"],
+                    p50_itl_ms=m["median_itl_ms"],
+                    p90_itl_ms=m["p90_itl_ms"],
+                    p99_itl_ms=m["p99_itl_ms"],
+                    mean_e2el_ms=m["mean_e2el_ms"],
+                    p50_e2el_ms=m["median_e2el_ms"],
+                    p90_e2el_ms=m["p90_e2el_ms"],
+                    p99_e2el_ms=m["p99_e2el_ms"],
+                    preemptions=0.0 if concurrency < 64 else float(rng.randint(0, 40)),
+                    kv_cache_usage_peak=min(1.0, concurrency / 80),
+                    prefix_cache_hit_rate=0.0,
+                    gpu_memory_peak_bytes=rng.randint(20, 75) * 2**30,
+                    metrics=m,
+                    server_metrics={
+                        "preemptions": 0.0,
+                        "kv_cache_usage_peak": min(1.0, concurrency / 80),
+                        "samples": 40,
+                    },
+                    raw={k: v for k, v in m.items()} | {"backend": "vllm", "model_id": "x"},
+                    detail={
+                        k: [round(rng.uniform(0.01, 0.2), 4) for _ in range(detail_n)]
+                        for k in ("ttfts", "latencies", "input_lens", "output_lens")
+                    },
+                    commands={"serve": "vllm serve ...", "bench": "vllm bench serve ..."},
+                    duration_s=m["duration"],
+                    started_at=run.created_at,
+                    finished_at=run.created_at,
+                )
+            )
+            made += 1
+        if len(batch) >= 5000:
+            Measurement.objects.bulk_create(batch)
+            batch = []
+    Measurement.objects.bulk_create(batch)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def measure(client: Any, url: str, repeat: int) -> tuple[float, int, int]:
+    """(median seconds, query count, status) of GET url."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.get(url)  # warm: caches, first-request costs
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(url)
+    queries = len(ctx.captured_queries)  # now: later requests reset the connection's log
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        client.get(url)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), queries, response.status_code
+
+
+def pages(user: Any, run_id: str) -> list[tuple[str, str, str]]:
+    """(label, client kind, url)."""
+    from django.urls import NoReverseMatch, reverse
+
+    out = [
+        ("trivial: bare view", "api", "/__trivial__"),
+        ("trivial: API view (auth, 1 query)", "api", "/__trivial_api__"),
+        ("API runs list", "api", "/api/v1/runs/"),
+        (
+            "API runs list ?model=&status=",
+            "api",
+            f"/api/v1/runs/?model={MODELS[1]}&status=succeeded",
+        ),
+        ("API runs list ?backend=vllm&gpu=", "api", f"/api/v1/runs/?backend=vllm&gpu={GPUS[2]}"),
+        ("API runs list ?owner=me", "api", "/api/v1/runs/?owner=me"),
+        ("API run detail", "api", f"/api/v1/runs/{run_id}/"),
+        ("API result document", "api", f"/api/v1/runs/{run_id}/result"),
+    ]
+    with contextlib.suppress(NoReverseMatch):  # the web pages, when portal.web has them
+        out += [
+            ("trivial: web view (session, 1 query)", "web", "/__trivial_web__"),
+            ("web runs list", "web", reverse("web:run-list")),
+            ("web runs list ?model=", "web", reverse("web:run-list") + f"?model={MODELS[1]}"),
+            ("web run page", "web", reverse("web:run-detail", args=[run_id])),
+        ]
+    return out
+
+
+def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int, int]]:
+    from django.test import Client
+
+    from portal.accounts.tokens import create_user_token
+
+    token = create_user_token(user, "bench").plaintext
+    clients = {"api": Client(headers={"Authorization": f"Bearer {token}"}), "web": Client()}
+    clients["web"].force_login(user)
+    return {label: measure(clients[kind], url, repeat) for label, kind, url in pages(user, run_id)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--measurements", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=20, help="timed requests per page")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+
+    setup_django()
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import override_settings, setup_test_environment
+
+    from portal.benchmarks.models import Measurement, Run
+
+    setup_test_environment()
+    test_settings = connection.settings_dict["TEST"]
+    test_settings["NAME"] = f"test_{connection.settings_dict['NAME']}_scale"
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    t0 = time.perf_counter()
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    print(
+        f"database {connection.settings_dict['NAME']} migrated in {time.perf_counter() - t0:.1f} s"
+    )
+    try:
+        with override_settings(ROOT_URLCONF=trivial_urlconf()):
+            small_runs = max(1, args.runs // 100)
+            t0 = time.perf_counter()
+            generate(small_runs, args.measurements // 100)
+            from django.contrib.auth import get_user_model
+
+            user = get_user_model().objects.order_by("id").first()
+            sample = (
+                Run.objects.filter(owner=user).order_by("-created_at").first()
+                or Run.objects.first()
+            )
+            small = run_pages(user, sample.public_id, max(3, args.repeat // 4))
+            Measurement.objects.all().delete()
+            Run.objects.all().delete()
+            get_user_model().objects.all().delete()
+
+            generate(args.runs, args.measurements)
+            print(
+                f"generated {Run.objects.count():,} runs and {Measurement.objects.count():,} "
+                f"measurements in {time.perf_counter() - t0:.0f} s"
+            )
+            user = get_user_model().objects.order_by("id").first()
+            sample = (
+                Run.objects.filter(owner=user, status="succeeded").order_by("-created_at").first()
+            )
+            n_meas = Measurement.objects.filter(run=sample).count()
+            from portal.benchmarks.queries import visible_runs
+
+            visible = visible_runs(user).count()
+            big = run_pages(user, sample.public_id, args.repeat)
+    finally:
+        if not args.keep:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+
+    bare = big["trivial: bare view"][0]
+    baseline = {
+        "api": big["trivial: API view (auth, 1 query)"][0],
+        "web": big.get("trivial: web view (session, 1 query)", (bare,))[0],
+    }
+    print(
+        f"\nas {user.username} ({visible:,} runs visible: own + public); run page of a run "
+        f"with {n_meas} measurements; median of {args.repeat} requests per page.\n"
+        "x trivial: against the trivial view of the same stack (API or web);"
+        " x bare: against a view that does nothing\n"
+    )
+    header = (
+        f"{'page':38} {'median ms':>9} {'x trivial':>9} {'x bare':>7} "
+        f"{'queries @1%':>11} {'queries @100%':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, (seconds, queries, status) in big.items():
+        kind = "web" if label.startswith(("web", "trivial: web")) else "api"
+        small_q = small.get(label, (0, "-", 0))[1]
+        flag = "" if status == 200 else f"  (HTTP {status})"
+        print(
+            f"{label:38} {seconds * 1000:9.2f} {seconds / baseline[kind]:9.1f} "
+            f"{seconds / bare:7.1f} {small_q!s:>11} {queries:>13}{flag}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
