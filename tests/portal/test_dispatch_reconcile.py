@@ -237,3 +237,27 @@ def test_reconcile_stops_a_cancelled_runs_runner(make_run, stand_in):
     services.cancel_run(run)  # its stop task is never delivered in this test
     assert dispatcher.reconcile().stopped == [run.public_id]
     assert wait_ended(run, timeout=10).ended
+
+
+def test_log_lines_carry_the_runs_short_id(make_run, stand_in):
+    import io
+    import logging
+
+    from portal.lib.logctx import RunIdFilter
+
+    stand_in("time.sleep(600)")
+    run = make_run()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RunIdFilter())
+    handler.setFormatter(logging.Formatter(settings.LOGGING["formatters"]["plain"]["format"]))
+    logger = logging.getLogger("portal.dispatch.dispatcher")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        dispatcher.dispatch_run(run.pk)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    assert f"[run={run.public_id[:8]}] dispatch: submitted to local" in stream.getvalue()
