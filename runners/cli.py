@@ -26,10 +26,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from runners import tiny_model
+from runners.environment import capture, fingerprint
+from runners.hf import HFConfig
+from runners.hf import run as run_hf
+from runners.progress import Progress
+from runners.report import Reporter
+from runners.runner import ExitCode, Interrupted, Runner
 from runners.spec import PRESETS, Spec, SpecError, dump_spec, json_schema, loads_spec, preset
 
 TOKEN_ENV = "SERVEBENCH_RUN_TOKEN"  # noqa: S105 (the variable's name, not a secret)
-USAGE = 2
 
 
 class UsageError(Exception):
@@ -59,10 +65,6 @@ def _load_spec(source: str | None, preset_name: str | None) -> Spec:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from runners.progress import Progress
-    from runners.report import Reporter
-    from runners.runner import Interrupted, Runner
-
     spec = _load_spec(args.spec, args.preset)
     reporter = None
     if args.report:
@@ -86,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     code = Runner(spec, workdir=workdir, out=out, reporter=reporter, progress=progress).run()
     progress.say(f"servebench: done, exit code {int(code)}" + (f"; result in {out}" if out else ""))
-    return int(code)
+    return code
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -106,8 +108,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from runners.environment import capture, fingerprint
-
     if args.spec is None and args.preset is None:
         print(json.dumps({"environment": capture(None)}, indent=2))
         return 0
@@ -130,10 +130,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_tiny_model(args: argparse.Namespace) -> int:
-    from runners.tiny_model import build
-
     try:
-        path = build(args.dir)
+        path = tiny_model.build(args.dir)
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
     print(path)
@@ -141,8 +139,6 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def cmd_hf(args: argparse.Namespace) -> int:
-    from runners.hf import HFConfig, run
-
     config = HFConfig(
         model=args.model,
         revision=args.revision,
@@ -157,7 +153,7 @@ def cmd_hf(args: argparse.Namespace) -> int:
         attn_implementation=args.attn_implementation,
     )
     try:
-        data = run(config).to_json()
+        data = run_hf(config).to_json()
         code = 0
     except Exception as exc:  # reported to the parent runner as the measurement's reason
         traceback.print_exc()
@@ -241,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED

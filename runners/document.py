@@ -37,8 +37,3 @@ class DocumentWriter:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-
-
-def load(path: Path) -> ResultDocument:
-    """Read a result document back (validates it against the schema)."""
-    return ResultDocument.model_validate_json(path.read_text(encoding="utf-8"))

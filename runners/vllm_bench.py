@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from runners import procs
 from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
 from runners.server_metrics import PointWatcher
@@ -117,6 +119,33 @@ def client_failure(data: dict[str, Any], limit: int = 3) -> str | None:
     return f"{head}; errors: " + " | ".join(seen[:limit]) + more
 
 
+def probe(server: VLLMServer, spec: Spec, point: Point) -> str | None:
+    """Send one request shaped like the point's and quote the server's refusal, if any.
+
+    The bench client records only the HTTP reason ('Bad Request'); the server's answer
+    says what to change ("maximum context length is 512 tokens...").
+    """
+    if spec.workload.dataset != "random":
+        return None
+    body = {
+        "model": spec.model.id,
+        "prompt": [100] * (point.input_len + spec.workload.prefix_len),
+        "max_tokens": point.output_len,
+        "temperature": 0,
+    }
+    try:
+        response = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=120)
+    except requests.RequestException:
+        return None
+    if response.status_code == 200:
+        return None
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text
+    return f"a request of this shape is refused with {response.status_code}: {message[:500]}"
+
+
 def point_info(point: Point) -> PointInfo:
     return PointInfo(key=point.key, **point.model_dump())
 
@@ -168,6 +197,8 @@ def measure_point(
             error = client_failure(data)
             if error is None:
                 fields["metrics"] = metrics
+            elif server.alive and (why := probe(server, spec, point)):
+                error = f"{error}\n{why}"
     except Exception as exc:  # a broken point must not end the sweep
         error = f"{type(exc).__name__}: {exc}"
     return Measurement(

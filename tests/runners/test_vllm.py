@@ -1,0 +1,264 @@
+"""vLLM on the tiny model: a real server, vLLM's real bench client, real signals.
+
+Server starts cost ~100 s each on 2 CPU cores, so they are few: one shared server for the
+point-level tests, one full CLI run, one run interrupted mid-point and one interrupted
+during startup, plus a start that fails at once (bad model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runners import procs
+from runners.result import METRIC_KEYS, ResultDocument
+from runners.runner import ExitCode, Runner
+from runners.spec import Point, parse_spec
+from runners.vllm_bench import measure_point
+from runners.vllm_server import ServerError, VLLMServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm")]
+
+VLLM_KEYS = set(METRIC_KEYS) - {"request_goodput"}  # goodput only with an SLO
+CLIENT_KEYS = {"date", "backend", "model_id", "num_prompts", "max_concurrency", "duration"}
+
+
+def spec_for(model: Path | str, **overrides):
+    data = {
+        "model": {"id": str(model), "max_model_len": 512},
+        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 1},
+        "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
+        "backends": [{"kind": "vllm"}],
+        **overrides,
+    }
+    return parse_spec(data)
+
+
+def gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def descendants_matching(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[int]:
+    """Wait until a descendant's command line contains ``needle``; return all descendants."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the runner exited early"
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        for kid in kids:
+            try:
+                if needle in " ".join(kid.cmdline()):
+                    return [k.pid for k in kids]
+            except psutil.Error:
+                continue
+        time.sleep(0.5)
+    raise AssertionError(f"no child running {needle!r} within {timeout_s} s")
+
+
+def start_cli(spec, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    (tmp_path / "spec.json").write_text(spec.model_dump_json())
+    argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json")]
+    argv += ["--out", str(tmp_path / "result.json"), "--workdir", str(tmp_path / "work"), *extra]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+# --------------------------------------------------------------------------- one server
+
+
+@pytest.fixture(scope="module")
+def cached(tiny_model, tmp_path_factory):
+    """Spec, backend and a running server with prefix caching on (reset between points)."""
+    spec = spec_for(tiny_model, backends=[{"kind": "vllm", "enable_prefix_caching": True}])
+    backend = spec.vllm_backends[0]
+    workdir = tmp_path_factory.mktemp("vllm")
+    with VLLMServer(spec, backend, workdir / "server.log") as server:
+        yield spec, backend, server, workdir
+
+
+def test_prefix_cache_reset_keeps_repeated_points_honest(cached):
+    spec, backend, server, workdir = cached
+    point = Point(
+        sweep="prefix",
+        axis=None,
+        value=None,
+        input_len=256,
+        output_len=8,
+        max_concurrency=4,
+        num_prompts=16,
+        request_rate=None,
+    )
+    first = measure_point(server, spec, backend, point, 0, workdir)
+    # The same prompts again *without* the reset: what a warm cache does to a point.
+    no_reset = backend.model_copy(update={"enable_prefix_caching": False})
+    warm = measure_point(server, spec, no_reset, point, 1, workdir)
+    again = measure_point(server, spec, backend, point, 2, workdir)
+    assert [m.status for m in (first, warm, again)] == ["succeeded"] * 3, first.error
+    rates = [m.server_metrics.prefix_cache_hit_rate for m in (first, warm, again)]
+    assert all(r is not None for r in rates)
+    assert rates[1] > 0.5 > rates[0]
+    assert rates[2] < 0.5
+    sm = first.server_metrics
+    assert sm.prefix_cache_queries > 0 and sm.preemptions == 0 and sm.samples > 0
+    assert first.commands["serve"].startswith("VLLM_SERVER_DEV_MODE=1 vllm serve ")
+    assert "--enable-prefix-caching" in first.commands["serve"]
+
+
+def test_a_point_whose_requests_fail_is_failed_never_zero(cached):
+    spec, backend, server, workdir = cached
+    too_long = Point(
+        sweep="too-long",
+        axis=None,
+        value=None,
+        input_len=600,  # the server was started with max_model_len 512
+        output_len=16,
+        max_concurrency=2,
+        num_prompts=4,
+        request_rate=None,
+    )
+    m = measure_point(server, spec, backend, too_long, 0, workdir)
+    assert m.status == "failed"
+    assert m.metrics == {}
+    assert "maximum context length" in m.error or "max_model_len" in m.error, m.error
+    assert server.alive  # one bad point does not take the server down
+
+
+def test_stopping_the_server_ends_its_whole_process_group(cached):
+    _, _, server, _ = cached
+    pgid = server.pid
+    members = procs.group_members(pgid)
+    assert pgid in members and len(members) >= 2  # API server + engine core
+    server.stop()
+    assert procs.group_members(pgid) == []
+    assert gone(members)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_server_that_cannot_start_fails_at_once_with_its_log(tmp_path):
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    spec = spec_for(bad, backends=[{"kind": "vllm", "startup_timeout_s": 7200}])
+    code = Runner(spec, workdir=tmp_path / "work", out=tmp_path / "result.json").run()
+    assert code == ExitCode.FAILED
+    document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
+    assert document.status == "failed"
+    assert [m.point.key for m in document.measurements] == [
+        "concurrency:max_concurrency=1",
+        "concurrency:max_concurrency=4",
+    ]
+    for m in document.measurements:
+        assert m.status == "failed" and m.metrics == {}
+        # Noticed by the process exiting, not by the 2-hour deadline:
+        assert m.error.startswith("the vLLM server exited with code ")
+        assert "Last lines of its log" in m.error and "no-such-architecture" in m.error
+    assert document.errors[0]["where"] == "server vllm"
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"]) if str(bad) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert leftovers == []
+
+
+def test_a_server_start_error_names_the_deadline(tmp_path, tiny_model):
+    spec = spec_for(tiny_model, backends=[{"kind": "vllm", "startup_timeout_s": 10}])
+    server = VLLMServer(spec, spec.vllm_backends[0], tmp_path / "server.log")
+    with pytest.raises(ServerError, match="was not ready within startup_timeout_s=10 s"):
+        server.start()
+    assert procs.group_members(server.pid) == []
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
+    spec = spec_for(
+        tiny_model, backends=[{"kind": "hf-sequential", "num_prompts": 2}, {"kind": "vllm"}]
+    )
+    env = {**os.environ, "SERVEBENCH_RUN_TOKEN": "sb_run_cli"}
+    (tmp_path / "spec.json").write_text(spec.model_dump_json())
+    argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json")]
+    argv += ["--out", str(tmp_path / "result.json"), "--report", portal.url]
+    done = subprocess.run(
+        [*argv, "--workdir", str(tmp_path / "work")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
+    assert document.status == "succeeded"
+    hf, c1, c4 = document.measurements
+    assert hf.backend_kind == "hf-sequential" and hf.commands["hf"].startswith(
+        "python -m runners hf"
+    )
+    for m, concurrency in ((c1, 1), (c4, 4)):
+        assert m.status == "succeeded"
+        assert set(m.metrics) == VLLM_KEYS
+        assert m.metrics["completed"] == 16 and m.metrics["total_output_tokens"] == 16 * 16
+        assert set(m.raw) >= CLIENT_KEYS and m.raw["max_concurrency"] == concurrency
+        assert len(m.detail["ttfts"]) == 16 and "generated_texts" not in m.detail
+        assert m.commands["serve"].startswith("vllm serve ")
+        assert "--no-enable-prefix-caching" in m.commands["serve"]
+        assert m.commands["bench"].startswith("vllm bench serve ")
+        assert f"--max-concurrency {concurrency}" in m.commands["bench"]
+        assert m.server_metrics.samples > 0 and m.server_metrics.preemptions == 0
+        assert m.server_metrics.num_requests_running_peak >= 1
+    assert c1.point.key == "concurrency:max_concurrency=1"
+    # The server is gone: its pid and every process of its group.
+    line = next(x for x in done.stderr.splitlines() if x.startswith("server ready"))
+    pid = int(line.split("(pid ")[1].split(",")[0])
+    assert procs.group_members(pid) == [] and gone([pid])
+    assert sorted(portal.measurements) == [
+        ("hf-sequential", "baseline", 0),
+        ("vllm", "concurrency:max_concurrency=1", 0),
+        ("vllm", "concurrency:max_concurrency=4", 0),
+    ]
+    assert portal.events()[-1]["type"] == "finished"
+
+
+@pytest.mark.parametrize(
+    ("sig", "wait_for", "what"),
+    [
+        (signal.SIGTERM, "runners.bench_client", "SIGTERM"),
+        (signal.SIGINT, "vllm.entrypoints.openai.api_server", "SIGINT (Ctrl-C)"),
+    ],
+    ids=["sigterm-mid-point", "sigint-during-startup"],
+)
+def test_an_interrupted_run_leaves_no_process_behind(tiny_model, tmp_path, sig, wait_for, what):
+    # Long enough that the signal lands while the point (or the startup) is under way.
+    spec = spec_for(
+        tiny_model,
+        workload={"input_len": 64, "output_len": 64, "num_prompts": 2000, "num_warmups": 1},
+        sweeps=[{"name": "concurrency", "axis": "max_concurrency", "values": [1]}],
+    )
+    runner = start_cli(spec, tmp_path)
+    try:
+        children = descendants_matching(runner, wait_for, timeout_s=600)
+        time.sleep(3)
+        children = sorted({*children, *(k.pid for k in psutil.Process(runner.pid).children(True))})
+        runner.send_signal(sig)
+        assert runner.wait(timeout=120) == ExitCode.INTERRUPTED
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert gone(children), (tmp_path / "stderr.txt").read_text()[-2000:]
+    assert all(procs.group_members(pid) == [] for pid in children)
+    document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
+    assert document.status == "failed"
+    assert document.errors[-1]["message"].startswith(f"interrupted by {what}")
