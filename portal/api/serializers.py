@@ -91,6 +91,44 @@ class RunSerializer(serializers.ModelSerializer):
         }
 
 
+def run_summaries(runs: Any, request: Any = None) -> list[dict[str, Any]]:
+    """RunSerializer's output for many runs, without DRF's per-field machinery (the runs
+    list's main cost). ``tests/portal/test_api_runs.py`` checks the two agree."""
+    origin = request.build_absolute_uri("/")[:-1] if request is not None else ""
+    out = []
+    for run in runs:
+        api = f"{origin}/api/v1/runs/{run.public_id}"
+        out.append(
+            {
+                "id": run.public_id,
+                "name": run.name,
+                "status": run.status,
+                "failure_reason": run.failure_reason,
+                "owner": run.owner.username,
+                "model_id": run.model_id,
+                "gpu_name": run.gpu_name,
+                "gpu_count": run.gpu_count,
+                "backends": run.backends,
+                "progress": {"done": run.progress_done, "total": run.progress_total},
+                "is_public": run.is_public,
+                "fingerprint": run.fingerprint,
+                "created_at": run.created_at,
+                "dispatched_at": run.dispatched_at,
+                "started_at": run.started_at,
+                "finished_at": run.finished_at,
+                "deadline": run.deadline,
+                "links": {
+                    "page": f"{origin}{run.get_absolute_url()}",
+                    "self": f"{api}/",
+                    "result": f"{api}/result",
+                    "spec": f"{api}/spec",
+                    "cancel": f"{api}/cancel",
+                },
+            }
+        )
+    return out
+
+
 class MeasurementSerializer(serializers.ModelSerializer):
     """A measurement's columns and metrics (raw client output and per-request arrays are in
     the result document)."""

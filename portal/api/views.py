@@ -32,6 +32,7 @@ from portal.api.serializers import (
     RunDetailSerializer,
     RunSerializer,
     measurement_rows,
+    run_summaries,
 )
 from portal.benchmarks import queries, services
 from portal.benchmarks.models import Environment, Run
@@ -114,8 +115,7 @@ class RunListCreate(APIView):
         runs = queries.run_list(request.user, filters)
         paginator = RunPagination()
         page = paginator.paginate_queryset(runs, request, view=self)
-        data = RunSerializer(page, many=True, context={"request": request}).data
-        return paginator.get_paginated_response(data)
+        return paginator.get_paginated_response(run_summaries(page, request))
 
     @extend_schema(
         operation_id="runs_create",

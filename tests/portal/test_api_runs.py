@@ -269,3 +269,21 @@ def test_unknown_api_paths_answer_json(personas):
     response = personas["anon"].client.get("/api/v1/nothing-here")
     assert response.status_code == 404
     assert _error(response)["code"] == "not_found"
+
+
+def test_the_fast_list_rows_match_the_documented_serializer(personas, make_run):
+    import json as _json
+
+    from rest_framework.renderers import JSONRenderer
+    from rest_framework.test import APIRequestFactory
+
+    from portal.api.serializers import RunSerializer, run_summaries
+
+    run = make_run(owner=personas["owner"].user, gpu_name="L4", started_at="2026-11-30T06:00Z")
+    run = Run.objects.select_related("owner").get(pk=run.pk)
+    request = APIRequestFactory().get("/api/v1/runs/")
+    fast = _json.loads(JSONRenderer().render(run_summaries([run], request)))
+    documented = _json.loads(
+        JSONRenderer().render(RunSerializer([run], many=True, context={"request": request}).data)
+    )
+    assert fast == documented
