@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
 from portal.benchmarks.models import Measurement, Run, RunStatus
@@ -117,8 +118,20 @@ def run_list(
     return runs.select_related("owner").defer(*LIST_DEFERRED).order_by("-created_at", "-id")
 
 
+CHOICES_TTL_SECONDS = 60
+
+
 def filter_choices(user: AbstractBaseUser | AnonymousUser) -> dict[str, list[str]]:
-    """Distinct models, GPUs and backends among the runs ``user`` sees (3 queries)."""
+    """Distinct models, GPUs and backends among the runs ``user`` sees, for drop-downs.
+
+    Three DISTINCT queries, cached per user (and once for all anonymous visitors) for
+    CHOICES_TTL_SECONDS: a new model shows up in the filters within a minute.
+    """
+    key = f"servebench:filter-choices:{user.pk if user.is_authenticated else 'anon'}"
+    return cache.get_or_set(key, lambda: _filter_choices(user), CHOICES_TTL_SECONDS)
+
+
+def _filter_choices(user: AbstractBaseUser | AnonymousUser) -> dict[str, list[str]]:
     runs = visible_runs(user).order_by()
     models = runs.exclude(model_id="").values_list("model_id", flat=True).distinct()
     gpus = runs.exclude(gpu_name="").values_list("gpu_name", flat=True).distinct()

@@ -76,6 +76,15 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 
 
 @pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    # The filter drop-downs are cached per user; ids are not reused, but be explicit.
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2's deliberate slowness costs ~0.5 s per user; tests are not an attack surface.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

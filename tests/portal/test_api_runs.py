@@ -287,3 +287,22 @@ def test_the_fast_list_rows_match_the_documented_serializer(personas, make_run):
         JSONRenderer().render(RunSerializer([run], many=True, context={"request": request}).data)
     )
     assert fast == documented
+
+
+def test_filter_choices_are_what_the_user_can_see_and_cached(
+    personas, make_run, spec_dict, django_assert_num_queries
+):
+    from portal.benchmarks.queries import filter_choices
+
+    make_run(owner=personas["owner"].user, spec=spec_dict(model={"id": "org/mine"}), gpu_name="L4")
+    make_run(owner=personas["other"].user, spec=spec_dict(model={"id": "org/hidden"}))
+    make_run(owner=personas["other"].user, is_public=True, gpu_name="H100")
+    choices = filter_choices(personas["owner"].user)
+    assert choices["model"] == ["org/mine", "org/tiny-model"]
+    assert choices["gpu"] == ["H100", "L4"]
+    assert choices["backend"] == ["hf-sequential", "vllm"]
+    with django_assert_num_queries(0):
+        assert filter_choices(personas["owner"].user) == choices
+    from django.contrib.auth.models import AnonymousUser
+
+    assert filter_choices(AnonymousUser())["model"] == ["org/tiny-model"]
