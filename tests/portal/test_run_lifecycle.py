@@ -103,3 +103,9 @@ def test_result_document_of_a_fresh_run_validates_against_the_contract(make_run)
     ResultDocument.model_validate(doc)
     assert doc["status"] == "running"
     assert doc["spec"] == run.spec
+
+
+def test_migrations_match_the_models():
+    from django.core.management import call_command
+
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)
