@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv run test test-fast lint format bench browser clean-dev
+.PHONY: help venv run test test-fast lint format bench browser kube clean-dev
 
 help:
 	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
@@ -20,10 +20,15 @@ venv:
 browser:
 	@scripts/ensure-browser.sh
 
+# A real kube-apiserver + controller-manager, etcd, helm and kubectl for tests/k8s
+# (built or fetched once into ~/.cache/servebench/kube; minutes the first time).
+kube:
+	@scripts/kube-binaries.sh >/dev/null
+
 run:
 	@$(PY) scripts/quickstart.py
 
-test: browser
+test: browser kube
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest $(PYTEST_ARGS)
