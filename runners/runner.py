@@ -20,6 +20,7 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class Runner:
             )
         )
 
-    def _report(self, call) -> None:
+    def _report(self, call: Callable[[], object]) -> None:
         """Post to the portal; a final refusal is noted and the run goes on."""
         try:
             call()
@@ -128,13 +129,12 @@ class Runner:
     def _timing(self, key: str, value: Any) -> None:
         self.document.timings[key] = value
 
-    def _failed(
-        self, backend: str, kind: str, point: PointInfo, repeat: int, error: str
-    ) -> Measurement:
+    def _failed(self, backend: str, point: PointInfo, repeat: int, error: str) -> Measurement:
+        """A vLLM point that never ran (its server did not start or had died)."""
         now = utcnow()
         return Measurement(
             backend=backend,
-            backend_kind=kind,  # type: ignore[arg-type]
+            backend_kind="vllm",
             point=point,
             repeat=repeat,
             status="failed",
@@ -166,9 +166,9 @@ class Runner:
 
     def _hf(self, backend: HFBackend, repeat: int) -> Measurement:
         config = hf_config(self.spec, backend)
-        stem = self.workdir / f"{backend.name}-r{repeat}"
-        result_path = stem.with_suffix(".json")
-        log_path = stem.with_suffix(".log")
+        stem = f"{backend.name}-r{repeat}"  # names may contain '.': no with_suffix
+        result_path = self.workdir / f"{stem}.json"
+        log_path = self.workdir / f"{stem}.log"
         result_path.unlink(missing_ok=True)
         started_at, t = utcnow(), time.monotonic()
         argv = [
@@ -226,7 +226,7 @@ class Runner:
                 for backend in backends:
                     for point in points:
                         self._record(
-                            self._failed(backend.name, "vllm", point_info(point), repeat, str(exc))
+                            self._failed(backend.name, point_info(point), repeat, str(exc))
                         )
             return
         try:
@@ -246,9 +246,7 @@ class Runner:
                                 "the vLLM server had exited before this point. Last lines of "
                                 f"its log ({server.log_path}):\n{server.log_tail()}"
                             )
-                            m = self._failed(
-                                backend.name, "vllm", point_info(point), repeat, reason
-                            )
+                            m = self._failed(backend.name, point_info(point), repeat, reason)
                         self._record(m)
         finally:
             server.stop()

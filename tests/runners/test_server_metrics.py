@@ -1,0 +1,106 @@
+"""/metrics parsing, deltas and peaks (the live server is covered in test_vllm.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from runners.server_metrics import PointWatcher, parse
+
+EXPOSITION = """\
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="/models/my model"} 3.0
+vllm:num_preemptions_total{engine="1",model_name="/models/my model"} 2.0
+# TYPE vllm:num_preemptions_created gauge
+vllm:num_preemptions_created{engine="0",model_name="/models/my model"} 1.7e+09
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="/models/my model"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="/models/my model"} 0.5
+vllm:num_requests_running{engine="0",model_name="/models/my model"} 4.0
+vllm:num_requests_running{engine="1",model_name="/models/my model"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="/models/my model"} 0.0
+vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 9.0
+vllm:prefix_cache_queries_total{engine="0",model_name="/models/my model"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="/models/my model"} 250.0
+process_cpu_seconds_total 12.5
+"""
+
+
+def test_it_reads_only_the_wanted_series_combining_engines():
+    assert parse(EXPOSITION) == {
+        "vllm:num_preemptions_total": 5.0,  # counters add up over engines
+        "vllm:kv_cache_usage_perc": 0.5,  # a fraction: the fullest engine
+        "vllm:num_requests_running": 7.0,
+        "vllm:num_requests_waiting": 0.0,  # not the *_by_reason series
+        "vllm:prefix_cache_queries_total": 1000.0,
+        "vllm:prefix_cache_hits_total": 250.0,
+    }
+
+
+def test_older_releases_report_gpu_cache_usage():
+    assert parse("vllm:gpu_cache_usage_perc 0.75\n") == {"vllm:gpu_cache_usage_perc": 0.75}
+
+
+class _Server:
+    """Serves a /metrics whose counters grow and whose gauges move with each scrape."""
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.scrapes += 1
+                n = outer.scrapes
+                body = (
+                    f"vllm:num_preemptions_total {n}\n"
+                    f"vllm:prefix_cache_queries_total {100 * n}\n"
+                    f"vllm:prefix_cache_hits_total {10 * n}\n"
+                    f"vllm:kv_cache_usage_perc {0.9 if n == 2 else 0.1}\n"
+                    f"vllm:num_requests_running {n}\n"
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_port}"
+
+
+@pytest.fixture
+def metrics_server():
+    server = _Server()
+    yield server
+    server.http.shutdown()
+    server.http.server_close()
+
+
+def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server):
+    with PointWatcher(metrics_server.url, interval_s=0.05) as watcher:
+        time.sleep(0.5)
+    result = watcher.result()
+    n = metrics_server.scrapes  # one before, the samples (the last at exit), one after
+    assert result.samples == n - 2 >= 3
+    assert result.preemptions == n - 1
+    assert (result.prefix_cache_queries, result.prefix_cache_hits) == (100 * (n - 1), 10 * (n - 1))
+    assert result.prefix_cache_hit_rate == pytest.approx(0.1)
+    assert result.kv_cache_usage_peak == 0.9
+    assert result.num_requests_running_peak == n - 1
+    assert watcher.gpu_peak is None  # no NVIDIA driver here: nothing to sample
+
+
+def test_an_unreachable_server_gives_empty_metrics_not_an_error():
+    with PointWatcher("http://127.0.0.1:9", interval_s=0.05) as watcher:
+        time.sleep(0.2)
+    result = watcher.result()
+    assert result.samples == 0 and result.preemptions is None
+    assert result.prefix_cache_hit_rate is None
