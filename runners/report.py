@@ -21,7 +21,9 @@ from runners.result import Event, Measurement
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+def _retryable(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
 
 
 class ReportError(RuntimeError):
@@ -93,7 +95,7 @@ class Reporter:
                         return {}
                 if response.status_code == 409:
                     raise RunCancelled(response.text[:300] or "the run was cancelled")
-                if response.status_code not in RETRY_STATUS:
+                if not _retryable(response.status_code):
                     raise ReportRejected(response.status_code, response.text)
                 problem = f"HTTP {response.status_code}"
                 retry_after = response.headers.get("Retry-After")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -257,3 +259,12 @@ def test_run_without_a_spec_or_token_is_a_usage_error(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "unknown preset 'nope'; known: seed" in err
     assert "--report needs a run token: set SERVEBENCH_RUN_TOKEN" in err
+
+
+def test_runners_never_import_django():
+    """The runner image has no Django; the portal is reached over HTTP only."""
+    code = (
+        "import sys, runners.cli, runners.runner, runners.hf, runners.vllm_bench, "
+        "runners.environment; assert not [m for m in sys.modules if m.startswith('django')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
