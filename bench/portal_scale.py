@@ -314,27 +314,21 @@ def generate(n_runs: int, n_measurements: int, seed: int = 1) -> None:
             batch = []
     Measurement.objects.bulk_create(batch)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        cursor.execute("VACUUM ANALYZE")  # what autovacuum does in production
 
 
 # --------------------------------------------------------------------------- timing
 
 
-def measure(client: Any, url: str, repeat: int) -> tuple[float, int, int]:
-    """(median seconds, query count, status) of GET url."""
+def query_count(client: Any, url: str) -> tuple[int, int]:
+    """(SQL queries, HTTP status) of one GET url, after a warm-up request."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     client.get(url)  # warm: caches, first-request costs
     with CaptureQueriesContext(connection) as ctx:
         response = client.get(url)
-    queries = len(ctx.captured_queries)  # now: later requests reset the connection's log
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        client.get(url)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), queries, response.status_code
+    return len(ctx.captured_queries), response.status_code  # now: later requests reset it
 
 
 def pages(user: Any, run_id: str) -> list[tuple[str, str, str]]:
@@ -366,6 +360,8 @@ def pages(user: Any, run_id: str) -> list[tuple[str, str, str]]:
 
 
 def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int, int]]:
+    """label -> (median seconds, queries, status). Pages are timed round-robin, one request
+    each per round, so a load spike on this shared machine hits all of them alike."""
     from django.test import Client
 
     from portal.accounts.tokens import create_user_token
@@ -373,14 +369,22 @@ def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int
     token = create_user_token(user, "bench").plaintext
     clients = {"api": Client(headers={"Authorization": f"Bearer {token}"}), "web": Client()}
     clients["web"].force_login(user)
-    return {label: measure(clients[kind], url, repeat) for label, kind, url in pages(user, run_id)}
+    targets = pages(user, run_id)
+    counts = {label: query_count(clients[kind], url) for label, kind, url in targets}
+    times: dict[str, list[float]] = {label: [] for label, _, _ in targets}
+    for _ in range(repeat):
+        for label, kind, url in targets:
+            t0 = time.perf_counter()
+            clients[kind].get(url)
+            times[label].append(time.perf_counter() - t0)
+    return {label: (statistics.median(times[label]), *counts[label]) for label in times}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--measurements", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=20, help="timed requests per page")
+    parser.add_argument("--repeat", type=int, default=30, help="timed requests per page")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
 
