@@ -17,6 +17,34 @@ Variables (default in brackets):
 - SERVEBENCH_PUBLIC_URL: base URL runners report to, permalinks use
   [http://127.0.0.1:8000 in dev, else required]
 - SERVEBENCH_EXECUTOR: ``local`` (subprocess) or ``kubernetes`` [local]
+- Kubernetes executor (``portal.dispatch.executors.kubernetes``; read only when it runs):
+  - SERVEBENCH_K8S_KUBECONFIG, SERVEBENCH_K8S_CONTEXT: cluster config [in-cluster when
+    KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config]
+  - SERVEBENCH_K8S_NAMESPACE: where runner Jobs go [the pod's / the context's namespace]
+  - SERVEBENCH_K8S_RUNNER_IMAGE: runner image when the spec names none [none: runs fail
+    with a reason]; SERVEBENCH_K8S_IMAGE_PULL_POLICY [cluster default];
+    SERVEBENCH_K8S_IMAGE_PULL_SECRETS: comma-separated Secret names []
+  - SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: the runner Pods' service account [namespace
+    default; its token is never mounted]
+  - SERVEBENCH_K8S_GPU_RESOURCE [nvidia.com/gpu]; SERVEBENCH_K8S_GPU_TYPE_LABEL: node
+    label matched to resources.gpu_type [nvidia.com/gpu.product];
+    SERVEBENCH_K8S_MAX_GPUS: most GPUs one Job may ask for, 0 = no limit [8]
+  - SERVEBENCH_K8S_CPU_REQUEST [4], SERVEBENCH_K8S_MEMORY_REQUEST (also the memory limit)
+    [32Gi]: when the spec's resources name none; SERVEBENCH_K8S_SHM_SIZE: /dev/shm size
+    limit [none]
+  - SERVEBENCH_K8S_NODE_SELECTOR (JSON object), SERVEBENCH_K8S_TOLERATIONS (JSON list),
+    SERVEBENCH_K8S_AFFINITY (JSON object): as in a Pod spec [none]
+  - SERVEBENCH_K8S_HF_CACHE_PVC: PVC for the Hugging Face cache [none: per-Pod];
+    SERVEBENCH_K8S_HF_HOME: its mount path and HF_HOME [/root/.cache/huggingface]
+  - SERVEBENCH_K8S_HF_TOKEN_SECRET, SERVEBENCH_K8S_HF_TOKEN_KEY: Secret and key for
+    HF_TOKEN [none, token]
+  - SERVEBENCH_K8S_TTL_SECONDS: ttlSecondsAfterFinished of runner Jobs [86400]
+  - SERVEBENCH_K8S_REPORT_URL: base URL runners report to from inside the cluster (e.g.
+    the web Service) [SERVEBENCH_PUBLIC_URL]
+  - SERVEBENCH_K8S_REQUEST_TIMEOUT: seconds per API call [10];
+    SERVEBENCH_K8S_API_ATTEMPTS: tries for transient API errors [4]
+  - SERVEBENCH_K8S_START_GRACE_SECONDS: how long a Pod may fail to pull its image or
+    create its container before the run fails [120]
 - SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
 - SERVEBENCH_HOME: dev services, data, quickstart key [$SERVEBENCH_CACHE or ~/.cache/servebench]
 - SERVEBENCH_DATA_DIR: run work dirs and logs of the local executor [$SERVEBENCH_HOME/data]
@@ -34,6 +62,7 @@ Variables (default in brackets):
 
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 import warnings
@@ -109,6 +138,66 @@ REDIS_URL = env.broker(
 )
 
 SERVEBENCH_EXECUTOR = env.choice("SERVEBENCH_EXECUTOR", "local", ("local", "kubernetes"))
+
+# ----- Kubernetes executor (portal/dispatch/executors/kubernetes.py, kubejob.py): begin
+
+
+def _k8s_json(name: str, default: object, kind: type) -> object:
+    """A JSON object or list from the environment (node selector, tolerations, affinity)."""
+    text = env.string(name, "")
+    if not text.strip():
+        return default
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(
+            f"{name} is not valid JSON ({exc.msg} at character {exc.pos}); "
+            f"e.g. {name}='{json.dumps(default) if default else '{}'}'"
+        ) from None
+    if not isinstance(value, kind):
+        raise ImproperlyConfigured(
+            f"{name} must be a JSON {'object' if kind is dict else 'list'}, "
+            f"not {type(value).__name__}"
+        )
+    return value
+
+
+SERVEBENCH_K8S_KUBECONFIG = env.string("SERVEBENCH_K8S_KUBECONFIG", "")
+SERVEBENCH_K8S_CONTEXT = env.string("SERVEBENCH_K8S_CONTEXT", "")
+SERVEBENCH_K8S_NAMESPACE = env.string("SERVEBENCH_K8S_NAMESPACE", "")
+SERVEBENCH_K8S_RUNNER_IMAGE = env.string("SERVEBENCH_K8S_RUNNER_IMAGE", "")
+SERVEBENCH_K8S_IMAGE_PULL_POLICY = env.choice(
+    "SERVEBENCH_K8S_IMAGE_PULL_POLICY", "", ("", "Always", "IfNotPresent", "Never")
+)
+SERVEBENCH_K8S_IMAGE_PULL_SECRETS = env.strings("SERVEBENCH_K8S_IMAGE_PULL_SECRETS", [])
+SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT = env.string("SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT", "")
+SERVEBENCH_K8S_GPU_RESOURCE = env.string("SERVEBENCH_K8S_GPU_RESOURCE", "nvidia.com/gpu")
+SERVEBENCH_K8S_GPU_TYPE_LABEL = env.string(
+    "SERVEBENCH_K8S_GPU_TYPE_LABEL", "nvidia.com/gpu.product"
+)
+SERVEBENCH_K8S_MAX_GPUS = env.integer("SERVEBENCH_K8S_MAX_GPUS", 8, minimum=0)
+SERVEBENCH_K8S_CPU_REQUEST = env.string("SERVEBENCH_K8S_CPU_REQUEST", "4")
+SERVEBENCH_K8S_MEMORY_REQUEST = env.string("SERVEBENCH_K8S_MEMORY_REQUEST", "32Gi")
+SERVEBENCH_K8S_SHM_SIZE = env.string("SERVEBENCH_K8S_SHM_SIZE", "")
+SERVEBENCH_K8S_NODE_SELECTOR = _k8s_json("SERVEBENCH_K8S_NODE_SELECTOR", {}, dict)
+SERVEBENCH_K8S_TOLERATIONS = _k8s_json("SERVEBENCH_K8S_TOLERATIONS", [], list)
+SERVEBENCH_K8S_AFFINITY = _k8s_json("SERVEBENCH_K8S_AFFINITY", {}, dict)
+SERVEBENCH_K8S_HF_CACHE_PVC = env.string("SERVEBENCH_K8S_HF_CACHE_PVC", "")
+SERVEBENCH_K8S_HF_HOME = env.string("SERVEBENCH_K8S_HF_HOME", "/root/.cache/huggingface")
+SERVEBENCH_K8S_HF_TOKEN_SECRET = env.string("SERVEBENCH_K8S_HF_TOKEN_SECRET", "")
+SERVEBENCH_K8S_HF_TOKEN_KEY = env.string("SERVEBENCH_K8S_HF_TOKEN_KEY", "token")
+SERVEBENCH_K8S_TTL_SECONDS = env.integer("SERVEBENCH_K8S_TTL_SECONDS", 86400, minimum=0)
+SERVEBENCH_K8S_REPORT_URL = (
+    env.url("SERVEBENCH_K8S_REPORT_URL") if env.raw("SERVEBENCH_K8S_REPORT_URL") else ""
+)
+SERVEBENCH_K8S_REQUEST_TIMEOUT = env.integer("SERVEBENCH_K8S_REQUEST_TIMEOUT", 10, minimum=1)
+SERVEBENCH_K8S_API_ATTEMPTS = env.integer("SERVEBENCH_K8S_API_ATTEMPTS", 4, minimum=1)
+SERVEBENCH_K8S_START_GRACE_SECONDS = env.integer(
+    "SERVEBENCH_K8S_START_GRACE_SECONDS", 120, minimum=0
+)
+
+# ----- Kubernetes executor: end
+
 SERVEBENCH_RUNNER_PYTHON = env.string("SERVEBENCH_RUNNER_PYTHON", sys.executable)
 SERVEBENCH_DATA_DIR = Path(
     env.string("SERVEBENCH_DATA_DIR", str(SERVEBENCH_HOME / "data"))

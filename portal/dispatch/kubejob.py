@@ -1,0 +1,323 @@
+"""The batch/v1 Job (and its Secret) that runs one run's runner on Kubernetes.
+
+Kept apart from the executor so the manifest can be read, tested and reviewed on its own:
+``build_job`` and ``build_secret`` are pure functions of the run and ``RunnerConfig``.
+
+What the Job looks like, and why:
+
+- Name ``servebench-run-<public_id>``: deterministic, so a second submit of the same run
+  gets 409 AlreadyExists instead of a second GPU Job. Cut to 63 characters (a DNS label;
+  the Job controller copies it into a label) with a hash suffix if it ever had to be cut.
+- One container ``runner`` running ``python -m runners run /spec/spec.json --report URL
+  --out /work/result.json``: the same contract as the local executor. The spec and the
+  run-scoped token live in a Secret named like the Job: the spec mounted as a file, the
+  token as ``SERVEBENCH_RUN_TOKEN`` through ``secretKeyRef`` (never in args or a literal
+  env value, which ``kubectl describe`` prints). The Secret is owned by the Job
+  (``ownerReferences``), so the garbage collector deletes it with the Job.
+- GPUs as a limit of the configured extended resource (``nvidia.com/gpu``), written as a
+  string quantity. CPU and memory requests from the spec's resources or the settings;
+  the memory limit equals the request, so a runaway process is OOMKilled (a reason the
+  portal can name) instead of starving its neighbours.
+- ``nodeSelector``: the settings' selector, the spec's ``resources.node_selector`` and
+  ``resources.gpu_type`` as the value of the configured GPU label. Tolerations and
+  affinity from the settings.
+- ``/dev/shm``: a memory-backed emptyDir (vLLM and NCCL need more than the 64 MB default).
+  The Hugging Face cache from a PVC when configured, so weights download once per cluster.
+- ``backoffLimit: 0`` and ``restartPolicy: Never``: a benchmark that failed is a result,
+  not something to retry silently on a maybe-different node. ``activeDeadlineSeconds``
+  from ``resources.timeout_minutes``; ``ttlSecondsAfterFinished`` cleans up (the portal
+  keeps the results and the log tail it needs).
+- ``terminationMessagePolicy: FallbackToLogsOnError``: when the runner dies, the end of
+  its log is kept in the Pod's status, which survives a node that is gone.
+- ``automountServiceAccountToken: false``: the runner talks to the portal over HTTP with
+  its run token; it has no business with the Kubernetes API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from kubernetes import client
+
+from portal.dispatch.executors.base import ExecutorError
+
+CONTAINER = "runner"
+SPEC_DIR = "/spec"
+SPEC_FILE = "spec.json"
+WORK_DIR = "/work"
+SECRET_SPEC_KEY = SPEC_FILE
+SECRET_TOKEN_KEY = "run-token"  # noqa: S105 (the key's name, not a secret)
+RUN_LABEL = "servebench.dev/run"
+NAME_PREFIX = "servebench-run-"
+
+LABELS = {
+    "app.kubernetes.io/name": "servebench",
+    "app.kubernetes.io/component": "runner",
+    "app.kubernetes.io/managed-by": "servebench-portal",
+}
+
+_DNS_LABEL_MAX = 63
+
+
+def job_name(public_id: str) -> str:
+    """``servebench-run-<public_id>`` as a DNS-1123 label (lowercase, <= 63 chars)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", (NAME_PREFIX + public_id).lower()).strip("-")
+    if len(name) > _DNS_LABEL_MAX:
+        digest = hashlib.sha256(public_id.encode()).hexdigest()[:8]
+        name = name[: _DNS_LABEL_MAX - 9].rstrip("-") + "-" + digest
+    return name
+
+
+def run_labels(public_id: str) -> dict[str, str]:
+    """Our labels on the Job, its Pod and its Secret (``servebench.dev/run`` selects them)."""
+    return {**LABELS, RUN_LABEL: label_value(public_id)}
+
+
+def label_value(value: str) -> str:
+    """A valid label value: alphanumerics, ``-_.``, at most 63 characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:_DNS_LABEL_MAX].strip("-_.")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Deployment-wide defaults for runner Jobs (settings ``SERVEBENCH_K8S_*``)."""
+
+    image: str = ""
+    image_pull_policy: str = ""
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str = ""
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    max_gpus: int = 0
+    cpu_request: str = "4"
+    memory_request: str = "32Gi"
+    shm_size: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    affinity: dict[str, Any] = field(default_factory=dict)
+    hf_cache_pvc: str = ""
+    hf_home: str = "/root/.cache/huggingface"
+    hf_token_secret: str = ""
+    hf_token_key: str = "token"  # noqa: S105 (the key's name)
+    ttl_seconds: int = 86400
+    report_base_url: str = ""
+
+    @classmethod
+    def from_settings(cls) -> RunnerConfig:
+        s = settings
+        return cls(
+            image=s.SERVEBENCH_K8S_RUNNER_IMAGE,
+            image_pull_policy=s.SERVEBENCH_K8S_IMAGE_PULL_POLICY,
+            image_pull_secrets=tuple(s.SERVEBENCH_K8S_IMAGE_PULL_SECRETS),
+            service_account=s.SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT,
+            gpu_resource=s.SERVEBENCH_K8S_GPU_RESOURCE,
+            gpu_type_label=s.SERVEBENCH_K8S_GPU_TYPE_LABEL,
+            max_gpus=s.SERVEBENCH_K8S_MAX_GPUS,
+            cpu_request=s.SERVEBENCH_K8S_CPU_REQUEST,
+            memory_request=s.SERVEBENCH_K8S_MEMORY_REQUEST,
+            shm_size=s.SERVEBENCH_K8S_SHM_SIZE,
+            node_selector=dict(s.SERVEBENCH_K8S_NODE_SELECTOR),
+            tolerations=list(s.SERVEBENCH_K8S_TOLERATIONS),
+            affinity=dict(s.SERVEBENCH_K8S_AFFINITY),
+            hf_cache_pvc=s.SERVEBENCH_K8S_HF_CACHE_PVC,
+            hf_home=s.SERVEBENCH_K8S_HF_HOME,
+            hf_token_secret=s.SERVEBENCH_K8S_HF_TOKEN_SECRET,
+            hf_token_key=s.SERVEBENCH_K8S_HF_TOKEN_KEY,
+            ttl_seconds=s.SERVEBENCH_K8S_TTL_SECONDS,
+            report_base_url=s.SERVEBENCH_K8S_REPORT_URL,
+        )
+
+
+_deserializer: client.ApiClient | None = None
+
+
+def typed(data: Any, klass: str) -> Any:
+    """A plain JSON value (camelCase, as in a manifest) as a typed client object."""
+    global _deserializer
+    if _deserializer is None:
+        _deserializer = client.ApiClient()
+
+    return _deserializer.deserialize(json.dumps(data), klass, "application/json")
+
+
+def to_manifest(obj: Any) -> dict[str, Any]:
+    """A typed client object as the camelCase JSON the API server receives."""
+    return client.ApiClient().sanitize_for_serialization(obj)
+
+
+def _env(name: str, value: str) -> client.V1EnvVar:
+    return client.V1EnvVar(name=name, value=value)
+
+
+def _field_env(name: str, path: str) -> client.V1EnvVar:
+    return client.V1EnvVar(
+        name=name,
+        value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=path)),
+    )
+
+
+def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> client.V1EnvVar:
+    ref = client.V1SecretKeySelector(name=secret, key=key, optional=optional or None)
+    return client.V1EnvVar(name=name, value_from=client.V1EnvVarSource(secret_key_ref=ref))
+
+
+def node_selector(resources: dict[str, Any], cfg: RunnerConfig) -> dict[str, str]:
+    """Settings' selector, then the spec's, then its GPU type (most specific wins)."""
+    selector = dict(cfg.node_selector)
+    selector.update(resources.get("node_selector") or {})
+    if resources.get("gpu_type") and cfg.gpu_type_label:
+        selector[cfg.gpu_type_label] = str(resources["gpu_type"])
+    return selector
+
+
+def build_job(
+    public_id: str,
+    spec: dict[str, Any],
+    report_url: str,
+    cfg: RunnerConfig,
+    permalink: str = "",
+) -> client.V1Job:
+    """The Job for one run (see the module docstring). Raises ExecutorError when the spec
+    and the settings cannot make a runnable Job (no image, too many GPUs)."""
+    resources = spec.get("resources") or {}
+    image = resources.get("image") or cfg.image
+    if not image:
+        raise ExecutorError(
+            "no runner image: set resources.image in the spec, or SERVEBENCH_K8S_RUNNER_IMAGE "
+            "(the Helm chart's runner.image) for the deployment"
+        )
+    gpus = int(resources.get("gpu_count", 1))
+    if cfg.max_gpus and gpus > cfg.max_gpus:
+        raise ExecutorError(
+            f"resources.gpu_count is {gpus} but runner Jobs here may ask for at most "
+            f"{cfg.max_gpus} GPUs (SERVEBENCH_K8S_MAX_GPUS, the largest node's count); "
+            "lower gpu_count or tensor_parallel_size"
+        )
+    timeout_minutes = int(resources.get("timeout_minutes", 180))
+    name = job_name(public_id)
+    labels = run_labels(public_id)
+
+    requests = {
+        "cpu": str(resources.get("cpu") or cfg.cpu_request),
+        "memory": str(resources.get("memory") or cfg.memory_request),
+    }
+    limits = {"memory": requests["memory"]}
+    if gpus > 0:
+        limits[cfg.gpu_resource] = str(gpus)  # a string: 1.20's apply rejects a bare int
+
+    env = [
+        _env("PYTHONUNBUFFERED", "1"),
+        _env("HF_HOME", cfg.hf_home),
+        _env("SERVEBENCH_IMAGE", image),
+        _field_env("SERVEBENCH_NODE_NAME", "spec.nodeName"),
+        _field_env("SERVEBENCH_POD_NAME", "metadata.name"),
+        _field_env("SERVEBENCH_POD_NAMESPACE", "metadata.namespace"),
+        _secret_env("SERVEBENCH_RUN_TOKEN", name, SECRET_TOKEN_KEY),
+    ]
+    if cfg.hf_token_secret:
+        # optional: a missing Secret must not keep public models from running.
+        env.append(_secret_env("HF_TOKEN", cfg.hf_token_secret, cfg.hf_token_key, True))
+
+    mounts = [
+        client.V1VolumeMount(name="spec", mount_path=SPEC_DIR, read_only=True),
+        client.V1VolumeMount(name="work", mount_path=WORK_DIR),
+        client.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # noqa: S108 (the Pod's own)
+    ]
+    volumes = [
+        client.V1Volume(
+            name="spec",
+            secret=client.V1SecretVolumeSource(
+                secret_name=name,
+                items=[client.V1KeyToPath(key=SECRET_SPEC_KEY, path=SPEC_FILE)],
+            ),
+        ),
+        client.V1Volume(name="work", empty_dir=client.V1EmptyDirVolumeSource()),
+        client.V1Volume(
+            name="dshm",
+            empty_dir=client.V1EmptyDirVolumeSource(
+                medium="Memory", size_limit=cfg.shm_size or None
+            ),
+        ),
+    ]
+    if cfg.hf_cache_pvc:
+        mounts.append(client.V1VolumeMount(name="hf-cache", mount_path=cfg.hf_home))
+        volumes.append(
+            client.V1Volume(
+                name="hf-cache",
+                persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=cfg.hf_cache_pvc
+                ),
+            )
+        )
+
+    command = [
+        "python", "-m", "runners", "run", f"{SPEC_DIR}/{SPEC_FILE}",
+        "--report", report_url,
+        "--out", f"{WORK_DIR}/result.json",
+        "--workdir", f"{WORK_DIR}/run",
+    ]  # fmt: skip
+    container = client.V1Container(
+        name=CONTAINER,
+        image=image,
+        image_pull_policy=cfg.image_pull_policy or None,
+        command=command,
+        env=env,
+        resources=client.V1ResourceRequirements(requests=requests, limits=limits),
+        volume_mounts=mounts,
+        termination_message_policy="FallbackToLogsOnError",
+    )
+    pod = client.V1PodSpec(
+        restart_policy="Never",
+        containers=[container],
+        volumes=volumes,
+        node_selector=node_selector(resources, cfg) or None,
+        tolerations=[typed(t, "V1Toleration") for t in cfg.tolerations] or None,
+        affinity=typed(cfg.affinity, "V1Affinity") if cfg.affinity else None,
+        image_pull_secrets=[client.V1LocalObjectReference(name=n) for n in cfg.image_pull_secrets]
+        or None,
+        service_account_name=cfg.service_account or None,
+        automount_service_account_token=False,
+        enable_service_links=False,  # thousands of env vars from Services help nobody here
+    )
+    annotations = {"servebench.dev/permalink": permalink} if permalink else None
+    return client.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
+        spec=client.V1JobSpec(
+            backoff_limit=0,
+            completions=1,
+            parallelism=1,
+            active_deadline_seconds=timeout_minutes * 60,
+            ttl_seconds_after_finished=cfg.ttl_seconds,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels, annotations=annotations),
+                spec=pod,
+            ),
+        ),
+    )
+
+
+def build_secret(job: client.V1Job, spec: dict[str, Any], token: str) -> client.V1Secret:
+    """The run's Secret (spec file + run token), owned by its Job for garbage collection."""
+    meta = job.metadata
+    return client.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        type="Opaque",
+        metadata=client.V1ObjectMeta(
+            name=meta.name,
+            labels=dict(meta.labels or {}),
+            owner_references=[
+                client.V1OwnerReference(
+                    api_version="batch/v1", kind="Job", name=meta.name, uid=meta.uid
+                )
+            ],
+        ),
+        string_data={SECRET_SPEC_KEY: json.dumps(spec, indent=2), SECRET_TOKEN_KEY: token},
+    )
