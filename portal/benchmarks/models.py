@@ -279,3 +279,47 @@ class Environment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_name or 'CPU'} x{self.gpu_count or 0}, vLLM {self.vllm_version or '-'}"
+
+
+BASELINE_LABEL_MAX = 100
+
+
+class Baseline(models.Model):
+    """A run marked as a baseline under a label (a branch name, ``main``, ``nightly``).
+
+    A *series* is the runs that share a fingerprint (``Run.fingerprint``: model, workload,
+    sweeps, engine config, GPU type and count) and were marked with the same label.
+    ``latest:<label>`` resolves to the newest succeeded run of the series
+    (``portal.benchmarks.baselines.resolve``), so CI marks each run of its main branch and
+    pull requests compare against the newest one. Marks accumulate; unmarking a bad run
+    makes the previous one the baseline again.
+
+    The fingerprint is read from the run, not copied here: a run's fingerprint gains the
+    real GPU name when the runner reports its environment, which may be after the mark.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="baseline_marks")
+    label = models.CharField(max_length=BASELINE_LABEL_MAX)
+    set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    set_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-set_at", "-id"]
+        constraints = [
+            # One mark per (run, label); its index also serves "the labels of this run".
+            models.UniqueConstraint(fields=["run", "label"], name="baseline_run_label"),
+        ]
+        indexes = [
+            # latest:<label> and the baselines list: WHERE label = %s, joined to the run
+            # (fingerprint, status, owner) and ordered by the run's created_at.
+            models.Index(fields=["label", "run"], name="baseline_label_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.run.short_id}"
