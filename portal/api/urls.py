@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from portal.api import runner_views, views
+from portal.api import logs_views, runner_views, views
 
 app_name = "api"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/<str:public_id>/result", views.RunResult.as_view(), name="run-result"),
     path("runs/<str:public_id>/spec", views.RunSpec.as_view(), name="run-spec"),
     path("runs/<str:public_id>/cancel", views.RunCancel.as_view(), name="run-cancel"),
+    path("runs/<str:public_id>/logs", logs_views.RunLogs.as_view(), name="run-logs"),
     path("presets/", views.Presets.as_view(), name="presets"),
     path("spec-schema/", views.SpecSchema.as_view(), name="spec-schema"),
     path(

@@ -370,9 +370,9 @@ class KubernetesExecutor(Executor):
         tail = max(0, min(int(tail), 10_000))
         if tail == 0 or not handle:
             return ""
-        kube = self.kube
         ns = handle.get("namespace", "")
         try:
+            kube = self.kube  # a broken configuration must not break the run page either
             pods = self._pods(ns, handle, attempts=1, timeout=self.log_timeout)
         except (ExecutorError, ApiException, KeyError) as exc:
             log.info("kubernetes: no log tail for %s: %s", handle.get("job"), exc)
@@ -497,7 +497,9 @@ def _last_lines(text: str, n: int) -> str:
 
 def _deadline(job: client.V1Job) -> ExecutorStatus:
     seconds = job.spec.active_deadline_seconds
-    minutes = f" = resources.timeout_minutes {seconds // 60}" if seconds else ""
+    minutes = (
+        f" = resources.timeout_minutes {seconds // 60}" if seconds and seconds % 60 == 0 else ""
+    )
     return ExecutorStatus(
         ExecutorState.FAILED,
         reason=(
