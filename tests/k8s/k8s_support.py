@@ -459,3 +459,52 @@ class Kubelet:
             return None
 
         return wait_for(finished, timeout, f"the Job controller to finish Job {job}")
+
+
+# --------------------------------------------------------------------------- manifests
+
+CHART = REPO / "charts" / "servebench"
+KUSTOMIZE = REPO / "k8s"
+VALUES_EVERYTHING = Path(__file__).resolve().parent / "data" / "values-everything.yaml"
+SCHEMA_VERSION = "1.37.0"  # kubernetes-validate's newest schemas
+
+
+def load_documents(text: str) -> list[dict[str, Any]]:
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_chart(
+    helm: str, *args: str, release: str = "servebench", namespace: str = "servebench"
+) -> list[dict[str, Any]]:
+    """``helm template`` the chart; the documents it prints."""
+    out = run_tool([helm, "template", release, str(CHART), "--namespace", namespace, *args])
+    return load_documents(out.stdout)
+
+
+def render_kustomize(kubectl: str, directory: Path = KUSTOMIZE) -> list[dict[str, Any]]:
+    return load_documents(run_tool([kubectl, "kustomize", str(directory)]).stdout)
+
+
+def validation_errors(docs: list[dict[str, Any]], version: str = SCHEMA_VERSION) -> list[str]:
+    """What ``kubernetes-validate -k VERSION --strict`` finds wrong; a kind without a
+    schema is an error too (we only use built-in kinds)."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
+
+    errors = []
+    for doc in docs:
+        what = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            errors.append(f"{what}: {path}: {exc.message}")
+        except SchemaNotFoundError as exc:
+            errors.append(f"{what}: {exc.message}")
+    return errors
+
+
+def index(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}

@@ -1,0 +1,191 @@
+{{/* Standard names and labels (helm create's conventions). */}}
+
+{{- define "servebench.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "servebench.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "servebench.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "servebench.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "servebench.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "servebench.labels" -}}
+helm.sh/chart: {{ include "servebench.chart" . }}
+{{ include "servebench.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels of one component: include "servebench.componentLabels" (list . "web") */}}
+{{- define "servebench.componentLabels" -}}
+{{ include "servebench.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "servebench.componentSelector" -}}
+{{ include "servebench.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "servebench.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "servebench.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "servebench.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "servebench.runnerImage" -}}
+{{- printf "%s:%s" .Values.runner.image.repository (default .Chart.AppVersion .Values.runner.image.tag) }}
+{{- end }}
+
+{{- define "servebench.runnerNamespace" -}}
+{{- default .Release.Namespace .Values.runner.namespace }}
+{{- end }}
+
+{{- define "servebench.secretName" -}}
+{{- default (include "servebench.fullname" .) .Values.existingSecret }}
+{{- end }}
+
+{{- define "servebench.webService" -}}
+{{- printf "%s-web" (include "servebench.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The web Service's in-cluster DNS name: what runners report to and probes send as Host. */}}
+{{- define "servebench.webHost" -}}
+{{- printf "%s.%s.svc" (include "servebench.webService" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "servebench.publicHost" -}}
+{{- (urlParse .Values.publicUrl).hostname }}
+{{- end }}
+
+{{- define "servebench.runnerPullSecrets" -}}
+{{- $names := list }}
+{{- range .Values.runner.imagePullSecrets }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- join "," $names }}
+{{- end }}
+
+{{- define "servebench.hfCacheClaim" -}}
+{{- if .Values.runner.hfCache.existingClaim }}
+{{- .Values.runner.hfCache.existingClaim }}
+{{- else if .Values.runner.hfCache.create }}
+{{- printf "%s-hf-cache" (include "servebench.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The portal's settings (portal/settings.py) as a flat map: the ConfigMap's data, and the
+migration hook's env (a pre-install hook runs before the ConfigMap exists).
+*/}}
+{{- define "servebench.config" -}}
+{{- $runner := .Values.runner -}}
+SERVEBENCH_PUBLIC_URL: {{ .Values.publicUrl | quote }}
+ALLOWED_HOSTS: {{ join "," (concat (list (include "servebench.publicHost" .) (include "servebench.webService" .) (include "servebench.webHost" .) (printf "%s.cluster.local" (include "servebench.webHost" .))) .Values.allowedHosts) | quote }}
+SERVEBENCH_BEHIND_TLS_PROXY: {{ .Values.behindTlsProxy | quote }}
+SERVEBENCH_LOG_LEVEL: {{ .Values.logLevel | quote }}
+SERVEBENCH_QUEUE: {{ .Values.queue | quote }}
+SERVEBENCH_HOME: "/tmp/servebench"
+SERVEBENCH_DATA_DIR: "/tmp/servebench/data"
+SERVEBENCH_EXECUTOR: "kubernetes"
+SERVEBENCH_K8S_NAMESPACE: {{ include "servebench.runnerNamespace" . | quote }}
+SERVEBENCH_K8S_RUNNER_IMAGE: {{ include "servebench.runnerImage" . | quote }}
+SERVEBENCH_K8S_IMAGE_PULL_POLICY: {{ $runner.image.pullPolicy | quote }}
+SERVEBENCH_K8S_IMAGE_PULL_SECRETS: {{ include "servebench.runnerPullSecrets" . | quote }}
+SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: {{ $runner.serviceAccountName | quote }}
+SERVEBENCH_K8S_GPU_RESOURCE: {{ $runner.gpu.resourceName | quote }}
+SERVEBENCH_K8S_GPU_TYPE_LABEL: {{ $runner.gpu.typeLabel | quote }}
+SERVEBENCH_K8S_MAX_GPUS: {{ $runner.gpu.maxCount | quote }}
+SERVEBENCH_K8S_CPU_REQUEST: {{ $runner.resources.cpu | quote }}
+SERVEBENCH_K8S_MEMORY_REQUEST: {{ $runner.resources.memory | quote }}
+SERVEBENCH_K8S_SHM_SIZE: {{ $runner.shmSize | quote }}
+SERVEBENCH_K8S_NODE_SELECTOR: {{ $runner.nodeSelector | toJson | quote }}
+SERVEBENCH_K8S_TOLERATIONS: {{ $runner.tolerations | toJson | quote }}
+SERVEBENCH_K8S_AFFINITY: {{ $runner.affinity | toJson | quote }}
+SERVEBENCH_K8S_HF_CACHE_PVC: {{ include "servebench.hfCacheClaim" . | quote }}
+SERVEBENCH_K8S_HF_HOME: {{ $runner.hfCache.mountPath | quote }}
+SERVEBENCH_K8S_HF_TOKEN_SECRET: {{ $runner.hfToken.secretName | quote }}
+SERVEBENCH_K8S_HF_TOKEN_KEY: {{ $runner.hfToken.key | quote }}
+SERVEBENCH_K8S_TTL_SECONDS: {{ $runner.ttlSecondsAfterFinished | quote }}
+SERVEBENCH_K8S_START_GRACE_SECONDS: {{ $runner.startGraceSeconds | quote }}
+SERVEBENCH_K8S_REPORT_URL: {{ default (printf "http://%s:%v" (include "servebench.webHost" .) .Values.web.service.port) $runner.reportUrl | quote }}
+{{- range $key, $value := .Values.extraEnv }}
+{{ $key }}: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Django's SECRET_KEY: the value given, else the one already installed, else a new random
+one (so an upgrade never rotates it by surprise).
+*/}}
+{{- define "servebench.secretKey" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "servebench.fullname" .) }}
+{{- if .Values.secrets.secretKey }}
+{{- .Values.secrets.secretKey }}
+{{- else if and $existing $existing.data (hasKey $existing.data "SECRET_KEY") }}
+{{- index $existing.data "SECRET_KEY" | b64dec }}
+{{- else }}
+{{- randAlphaNum 50 }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret's data (also the migration hook's own copy before the Secret exists). */}}
+{{- define "servebench.secretData" -}}
+SECRET_KEY: {{ include "servebench.secretKey" . | b64enc | quote }}
+DATABASE_URL: {{ .Values.secrets.databaseUrl | b64enc | quote }}
+REDIS_URL: {{ .Values.secrets.redisUrl | b64enc | quote }}
+{{- if .Values.secrets.tokenKey }}
+SERVEBENCH_TOKEN_KEY: {{ .Values.secrets.tokenKey | b64enc | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level settings shared by the portal's pods. */}}
+{{- define "servebench.podCommon" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+enableServiceLinks: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The portal container's environment: settings and secrets. */}}
+{{- define "servebench.envFrom" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "servebench.fullname" . }}
+  - secretRef:
+      name: {{ include "servebench.secretName" . }}
+{{- end }}
+
+{{/* Restarts pods when their settings change. */}}
+{{- define "servebench.checksums" -}}
+checksum/config: {{ include "servebench.config" . | sha256sum }}
+{{- if not .Values.existingSecret }}
+checksum/secret: {{ printf "%s|%s|%s|%s" .Values.secrets.secretKey .Values.secrets.databaseUrl .Values.secrets.redisUrl .Values.secrets.tokenKey | sha256sum }}
+{{- end }}
+{{- end }}
