@@ -5,7 +5,9 @@
 - ``control_plane`` (session): a real etcd + kube-apiserver + kube-controller-manager
   v1.20.2 from the same cache, on free ports in a temporary directory, stopped at the end
   of the session (``k8s_support.start_control_plane``). Secure port only (1.20 has no
-  insecure port), a static token, a fresh service-account key pair, ``AlwaysAllow``,
+  insecure port), static tokens, a fresh service-account key pair, RBAC (the tests' token
+  is in system:masters; a second one authenticates as the chart's ServiceAccount in
+  ``CHART_NAMESPACE``, so a test checks what the chart's Role really allows),
   ``TTLAfterFinished`` on, and the controllers job, garbagecollector, ttl-after-finished,
   namespace and serviceaccount. No scheduler and no kubelet: ``kubelet`` patches Pods.
 - ``namespace`` (session): a namespace of this session's own.
@@ -28,6 +30,8 @@ from typing import Any
 
 import pytest
 from k8s_support import (
+    CHART_NAMESPACE,
+    CHART_RELEASE,
     HOW,
     REPO,
     ControlPlane,
@@ -86,8 +90,12 @@ def control_plane(need: Callable[..., None]) -> Iterator[ControlPlane]:
     binaries = {n: tool(n) for n in ("etcd", "kube-apiserver", "kube-controller-manager")}
     missing = [n for n, path in binaries.items() if not path]
     need(not missing, f"a Kubernetes control plane ({', '.join(missing)} missing)", HOW)
+    portal = f"system:serviceaccount:{CHART_NAMESPACE}:{CHART_RELEASE}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{CHART_NAMESPACE}"]
     try:
-        cp = start_control_plane({n: str(p) for n, p in binaries.items()})
+        cp = start_control_plane(
+            {n: str(p) for n, p in binaries.items()}, users={"portal": (portal, groups)}
+        )
     except RuntimeError as exc:
         pytest.fail(f"the test control plane did not start: {exc}", pytrace=False)
     yield cp
@@ -108,3 +116,11 @@ def namespace(kube_api: Any) -> str:
 @pytest.fixture
 def kubelet(kube_api: Any, namespace: str) -> Kubelet:
     return Kubelet(kube_api, namespace)
+
+
+@pytest.fixture(scope="session")
+def test_database_url(django_db_setup: None, django_db_blocker: Any) -> str:
+    """DATABASE_URL of this session's test database, for processes the tests start.
+    Only for tests marked ``django_db``: pytest-django creates the database for those."""
+    with django_db_blocker.unblock():
+        return _portal.database_url_for_tests()

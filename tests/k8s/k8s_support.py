@@ -45,6 +45,10 @@ HOW = (
     "~/.cache/servebench/kube/bin, as root, once)"
 )
 CONTROLLERS = "job,garbagecollector,ttl-after-finished,namespace,serviceaccount"
+# Where test_chart_install.py installs the chart; chosen before the API server starts so
+# that a static token can authenticate as the release's ServiceAccount.
+CHART_RELEASE = "servebench"
+CHART_NAMESPACE = f"sb-chart-{uuid.uuid4().hex[:6]}"
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
@@ -173,6 +177,7 @@ class ControlPlane:
     ca: Path
     kubeconfig: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
     started_in: float = 0.0
 
     def log(self, name: str, lines: int = 30) -> str:
@@ -201,9 +206,12 @@ class ControlPlane:
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
         return client.ApiClient(cfg)
 
-    def kubeconfig_for(self, path: Path, server: str, namespace: str = "default") -> str:
-        """A kubeconfig with this cluster's credentials but another server address."""
-        path.write_text(kubeconfig_text(server, self.ca, self.token, namespace))
+    def kubeconfig_for(
+        self, path: Path, server: str = "", namespace: str = "default", token: str = ""
+    ) -> str:
+        """A kubeconfig for this cluster with another server address or another token."""
+        text = kubeconfig_text(server or self.server, self.ca, token or self.token, namespace)
+        path.write_text(text)
         return str(path)
 
     # ----------------------------------------------------------------- processes
@@ -240,19 +248,32 @@ class ControlPlane:
                 proc.wait(timeout=10)
 
 
-def start_control_plane(binaries: dict[str, str]) -> ControlPlane:
+def start_control_plane(
+    binaries: dict[str, str], users: dict[str, tuple[str, list[str]]] | None = None
+) -> ControlPlane:
     """Start etcd, kube-apiserver and kube-controller-manager on free ports; raises
-    RuntimeError (with the failing process's log) if one does not come up."""
+    RuntimeError (with the failing process's log) if one does not come up.
+
+    Authorization is RBAC, as in a real cluster: the tests' own token is in
+    ``system:masters`` (allowed everything); ``users`` maps a name to (user name, groups)
+    for more static tokens (``ControlPlane.tokens[name]``), e.g. one that authenticates as
+    a ServiceAccount so a test can check what a Role really allows."""
     began = time.monotonic()
     # etcd fsyncs every write: a memory-backed directory keeps that cheap when there is one.
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     directory = Path(tempfile.mkdtemp(prefix="servebench-kube-", dir=base))
     token = uuid.uuid4().hex
-    (directory / "tokens.csv").write_text(f"{token},servebench-test,1,system:masters\n")
+    lines = [f"{token},servebench-test,1,system:masters"]
+    tokens = {}
+    for n, (name, (user, groups)) in enumerate((users or {}).items(), start=2):
+        tokens[name] = uuid.uuid4().hex
+        lines.append(f'{tokens[name]},{user},{n},"{",".join(groups)}"')
+    (directory / "tokens.csv").write_text("\n".join(lines) + "\n")
     write_keys(directory)
     api_port, etcd_port, peer_port = free_port(), free_port(), free_port()
     server = f"https://127.0.0.1:{api_port}"
     cp = ControlPlane(directory, server, token, directory / "serving.crt", directory / "kubeconfig")
+    cp.tokens = tokens
     cp.kubeconfig.write_text(kubeconfig_text(server, cp.ca, token))
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     peer_url = f"http://127.0.0.1:{peer_port}"
@@ -284,7 +305,7 @@ def start_control_plane(binaries: dict[str, str]) -> ControlPlane:
             "--service-account-key-file", str(directory / "sa.pub"),
             "--service-account-signing-key-file", str(directory / "sa.key"),
             "--service-account-issuer", "https://kubernetes.default.svc",
-            "--authorization-mode", "AlwaysAllow",
+            "--authorization-mode", "RBAC",
             "--feature-gates", "TTLAfterFinished=true",
             "--service-cluster-ip-range", "10.96.0.0/16",
             "--profiling=false", "--v", "1",
