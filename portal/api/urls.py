@@ -3,16 +3,23 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from portal.api import logs_views, runner_views, views
+from portal.api import baseline_views, logs_views, runner_views, views
 
 app_name = "api"
 
 urlpatterns = [
     path("runs/", views.RunListCreate.as_view(), name="runs"),
+    path("runs/resolve", baseline_views.ResolveRun.as_view(), name="run-resolve"),
     path("runs/<str:public_id>/", views.RunDetail.as_view(), name="run"),
     path("runs/<str:public_id>/result", views.RunResult.as_view(), name="run-result"),
     path("runs/<str:public_id>/spec", views.RunSpec.as_view(), name="run-spec"),
     path("runs/<str:public_id>/cancel", views.RunCancel.as_view(), name="run-cancel"),
+    path(
+        "runs/<str:public_id>/baseline",
+        baseline_views.RunBaseline.as_view(),
+        name="run-baseline",
+    ),
+    path("baselines/", baseline_views.BaselineList.as_view(), name="baselines"),
     path("runs/<str:public_id>/logs", logs_views.RunLogs.as_view(), name="run-logs"),
     path("presets/", views.Presets.as_view(), name="presets"),
     path("spec-schema/", views.SpecSchema.as_view(), name="spec-schema"),

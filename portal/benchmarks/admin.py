@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from portal.benchmarks import services
-from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks.models import Baseline, Environment, Measurement, Run
 
 
 class MeasurementInline(admin.TabularInline):
@@ -65,3 +65,12 @@ class EnvironmentAdmin(admin.ModelAdmin):
     search_fields = ("run__public_id", "gpu_name")
     list_select_related = ("run",)
     raw_id_fields = ("run",)
+
+
+@admin.register(Baseline)
+class BaselineAdmin(admin.ModelAdmin):
+    list_display = ("label", "run", "set_by", "set_at")
+    list_filter = ("label",)
+    search_fields = ("label", "run__public_id", "run__fingerprint")
+    list_select_related = ("run", "set_by")
+    raw_id_fields = ("run", "set_by")
