@@ -1,0 +1,615 @@
+"""The ``servebench`` command: submit a benchmark, wait for it, compare it with a baseline,
+and turn the verdict into an exit code a CI job can gate on.
+
+    servebench submit spec.yaml --wait --baseline latest:main --summary comment.md
+    servebench compare BASE CANDIDATE --metric output_throughput --metric p99_ttft_ms
+    servebench baseline RUN --label main
+
+Exit codes (the contract CI scripts rely on):
+
+- 0: done; for ``compare`` and ``submit --baseline``: nothing regressed.
+- 1: ``compare`` / ``submit --baseline`` found a regression (beyond threshold and noise).
+- 2: a usage error, or the portal could not do it: unreachable, token refused, spec
+  invalid (with its field), run failed (with its reason), wait timed out. One line on
+  stderr says which and what to do next.
+
+The portal URL comes from ``--url`` or ``SERVEBENCH_URL``; the token from ``--token`` or
+``SERVEBENCH_TOKEN``. A RUN argument is a run id, a run's page URL, or ``latest:<label>``
+(``latest:<label>@<user>`` for another user's public runs): the newest succeeded run of
+the series (fingerprint + label), resolved by the portal against the other run's
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from servebench import __version__, render
+from servebench.client import Client, ServebenchError, TransientError
+from servebench.compare import Comparison, compare_documents
+from servebench.verdict import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_METRICS,
+    DEFAULT_THRESHOLD,
+    parse_metric,
+    parse_threshold,
+)
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+FINAL = ("succeeded", "failed", "cancelled")
+# How long --wait rides out an unreachable portal (a restart, a deploy) before giving up.
+UNREACHABLE_GRACE_S = 300.0
+HEARTBEAT_S = 300.0
+_RUN_URL = re.compile(r"/runs/([a-z0-9]{1,40})/?(?:[?#].*)?$")
+
+
+class UsageError(ServebenchError):
+    """Bad arguments: exit 2 with one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (and exit 2), like every error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def duration(text: str) -> float:
+    """``90``, ``45s``, ``30m``, ``2h`` -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write 45s, 30m or 2h")
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"": 1, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def fraction(text: str) -> float:
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def confidence(text: str) -> float:
+    value = parse_threshold(text) if text.strip().endswith("%") else float(text)
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"confidence {text!r}: use e.g. 95% or 0.95")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--url", default=default, help="portal root URL (default: $SERVEBENCH_URL)")
+    parser.add_argument(
+        "--token", default=default, help="API token, sb_ci_... (default: $SERVEBENCH_TOKEN)"
+    )
+
+
+def _verdict_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="metric to judge, vLLM's key (repeatable, or comma-separated; default: "
+        + ", ".join(DEFAULT_METRICS)
+        + ")",
+    )
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=None,
+        metavar="PCT",
+        help="smallest change that counts, e.g. 5%% (default); METRIC=PCT for one metric, "
+        "e.g. p99_ttft_ms=10%% (repeatable)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=confidence,
+        default=DEFAULT_CONFIDENCE,
+        help="interval coverage (default 95%%)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=DEFAULT_BOOTSTRAP,
+        metavar="N",
+        help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="also write the Markdown summary (for a PR comment) to FILE",
+    )
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="servebench",
+        description=(
+            "Submit LLM-serving benchmarks to a servebench portal, wait, compare with a "
+            "baseline. Exit 0: ok / no regression; 1: regression; 2: error."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"servebench {__version__}")
+    _common(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+
+    p = sub.add_parser("submit", help="submit a spec; print the run's permalink")
+    _common(p, suppress=True)
+    p.add_argument("spec", nargs="?", help="spec file (YAML or JSON)")
+    p.add_argument("--preset", help="submit a preset instead of a file (see: servebench presets)")
+    p.add_argument("--name", help="run name (default: the spec's name)")
+    p.add_argument("--public", action="store_true", help="readable by anyone with the link")
+    p.add_argument("--wait", action="store_true", help="wait for the end, then print results")
+    p.add_argument(
+        "--timeout", type=duration, default=None, help="give up waiting after this (e.g. 2h)"
+    )
+    p.add_argument(
+        "--poll", type=duration, default=10.0, help="seconds between checks (default 10s)"
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="RUN",
+        help="with --wait: compare with RUN or latest:<label> and exit 1 on a regression",
+    )
+    p.add_argument(
+        "--set-baseline",
+        metavar="LABEL",
+        help="with --wait: once it succeeded, mark the run as a baseline under LABEL",
+    )
+    _verdict_options(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="a run's status and progress")
+    _common(p, suppress=True)
+    p.add_argument("run", metavar="RUN")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("results", help="a run's measurements")
+    _common(p, suppress=True)
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("cancel", help="cancel a queued or running run")
+    _common(p, suppress=True)
+    p.add_argument("run", metavar="RUN")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("presets", help="the spec presets the portal offers")
+    _common(p, suppress=True)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("validate", help="check a spec offline (the API's rules and messages)")
+    p.add_argument("spec", help="spec file (YAML or JSON)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("compare", help="compare CANDIDATE with BASE; exit 1 on a regression")
+    _common(p, suppress=True)
+    p.add_argument("base", metavar="BASE", help="run id, page URL or latest:<label>")
+    p.add_argument("candidate", metavar="CANDIDATE", help="run id, page URL or latest:<label>")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--markdown", action="store_true", help="same as --format markdown")
+    _verdict_options(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("baseline", help="mark a run as a baseline of its series")
+    _common(p, suppress=True)
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--label", required=True, help="series label, e.g. the branch name: main")
+    p.add_argument("--unset", action="store_true", help="remove the mark instead")
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("baselines", help="list baseline marks")
+    _common(p, suppress=True)
+    p.add_argument("--label", default="")
+    p.add_argument("--fingerprint", default="")
+    p.add_argument("--owner", default="", help="'me' or a username")
+    p.set_defaults(func=cmd_baselines)
+    return parser
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def make_client(args: argparse.Namespace) -> Client:
+    return Client.from_env(getattr(args, "url", None), getattr(args, "token", None))
+
+
+def err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_id_of(ref: str) -> str:
+    """A run id from an id, a page URL (``.../runs/<id>/``) or ``latest:...`` (unchanged)."""
+    ref = ref.strip()
+    match = _RUN_URL.search(ref)
+    return match.group(1) if match and "://" in ref else ref
+
+
+def resolve(client: Client, ref: str, *, fingerprint: str = "", before: str = "") -> dict:
+    """The run ``ref`` names (see module doc), as the API lists it."""
+    ref = run_id_of(ref)
+    owner = ""
+    if ref.startswith("latest:") and "@" in ref:
+        ref, owner = ref.rsplit("@", 1)
+    return client.resolve(ref, fingerprint=fingerprint, before=before, owner=owner)
+
+
+def is_latest(ref: str) -> bool:
+    return run_id_of(ref).startswith("latest:")
+
+
+def resolve_pair(client: Client, base_ref: str, cand_ref: str) -> tuple[dict, dict]:
+    """(base, candidate). A ``latest:`` side is resolved in the other run's series; a
+    ``latest:`` base is also older than the candidate, so a run marked under the same
+    label never becomes its own baseline."""
+    if not is_latest(cand_ref) or is_latest(base_ref):
+        cand = resolve(client, cand_ref)
+        base = resolve(client, base_ref, fingerprint=cand.get("fingerprint") or "",
+                       before=cand["id"] if is_latest(base_ref) else "")  # fmt: skip
+        return base, cand
+    base = resolve(client, base_ref)
+    cand = resolve(client, cand_ref, fingerprint=base.get("fingerprint") or "")
+    return base, cand
+
+
+def require_succeeded(run: dict, role: str) -> None:
+    status = run.get("status")
+    if status == "succeeded":
+        return
+    page = (run.get("links") or {}).get("page", "")
+    if status in FINAL:
+        reason = run.get("failure_reason") or "no reason recorded"
+        raise ServebenchError(
+            f"{role} run {run.get('id')} {status}: {reason} ({page}); compare needs two "
+            "succeeded runs"
+        )
+    raise ServebenchError(
+        f"{role} run {run.get('id')} is still {status} ({render.progress(run)}); wait for it "
+        f"(servebench status {run.get('id')}) or use submit --wait"
+    )
+
+
+def compare_url(base: dict, cand: dict) -> str:
+    page = (cand.get("links") or {}).get("page", "")
+    origin = page.split("/runs/")[0] if "/runs/" in page else ""
+    return f"{origin}/compare/?runs={base['id']},{cand['id']}&baseline={base['id']}"
+
+
+def metrics_of(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for chunk in (args.metric or []) for n in chunk.split(",") if n.strip()]
+    names = names or list(DEFAULT_METRICS)
+    try:
+        return [parse_metric(n).key for n in names]
+    except ValueError as exc:
+        raise UsageError(f"--metric: {exc}") from None
+
+
+def thresholds_of(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
+    default, per_metric = DEFAULT_THRESHOLD, {}
+    for raw in args.threshold or []:
+        metric, sep, value = raw.partition("=")
+        try:
+            if sep:
+                per_metric[parse_metric(metric).key] = parse_threshold(value)
+            else:
+                default = parse_threshold(raw)
+        except ValueError as exc:
+            raise UsageError(f"--threshold: {exc}") from None
+    return default, per_metric
+
+
+def run_comparison(
+    client: Client, args: argparse.Namespace, base: dict, cand: dict
+) -> tuple[Comparison, str]:
+    """Fetch both result documents and judge; (comparison, compare page URL)."""
+    require_succeeded(base, "base")
+    require_succeeded(cand, "candidate")
+    if args.bootstrap < 100:
+        raise UsageError("--bootstrap: use at least 100 resamples (2000 is the default)")
+    threshold, per_metric = thresholds_of(args)
+    comparison = compare_documents(
+        client.result(base["id"]),
+        client.result(cand["id"]),
+        metrics_of(args),
+        threshold=threshold,
+        thresholds=per_metric,
+        confidence=args.confidence,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
+    return comparison, compare_url(base, cand)
+
+
+def write_summary(path: str | None, text: str) -> None:
+    if not path:
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ServebenchError(f"cannot write the summary to {path}: {exc.strerror}") from None
+
+
+def wait_for(
+    client: Client,
+    run_id: str,
+    *,
+    timeout: float | None,
+    poll: float,
+    out: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict:
+    """Poll the run until it ends; progress lines on stderr (on change, and a heartbeat).
+
+    An unreachable portal is ridden out for UNREACHABLE_GRACE_S. Returns the final run;
+    ServebenchError on timeout (the run keeps going) and for a failed or cancelled run.
+    """
+    out = out or sys.stderr
+    start = clock()
+    last_line, last_print, last_ok = "", start, start
+    while True:
+        try:
+            run = client.run(run_id)
+            last_ok = clock()
+        except TransientError as exc:
+            if clock() - last_ok > UNREACHABLE_GRACE_S:
+                raise
+            print(f"[{_elapsed(clock() - start)}] {exc} (still waiting)", file=out, flush=True)
+            time.sleep(min(max(poll, 1.0), 30.0))
+            continue
+        line = f"run {run['id'][:8]} {run['status']}: {render.progress(run)} done"
+        now = clock()
+        if line != last_line or now - last_print >= HEARTBEAT_S:
+            print(f"[{_elapsed(now - start)}] {line}", file=out, flush=True)
+            last_line, last_print = line, now
+        if run["status"] in FINAL:
+            break
+        if timeout is not None and now - start >= timeout:
+            raise ServebenchError(
+                f"timed out after {_elapsed(timeout)} waiting for run {run['id']} "
+                f"({run['status']}, {render.progress(run)}); it keeps running: "
+                f"{run['links']['page']} (stop it with: servebench cancel {run['id']})"
+            )
+        time.sleep(poll)
+    if run["status"] != "succeeded":
+        reason = run.get("failure_reason") or "no reason recorded"
+        raise ServebenchError(f"run {run['id']} {run['status']}: {reason} ({run['links']['page']})")
+    return run
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def read_spec_text(path: str) -> str:
+    """The spec file's text, checked to be YAML/JSON here (the portal checks the rest)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServebenchError(f"cannot read the spec {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServebenchError(f"cannot read the spec {path}: not UTF-8 text") from None
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ServebenchError(f"invalid spec {path}: not valid YAML or JSON{where}") from None
+    return text
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if bool(args.spec) == bool(args.preset):
+        raise UsageError("give a spec file or --preset NAME (one of them)")
+    if (args.baseline or args.set_baseline) and not args.wait:
+        raise UsageError("--baseline and --set-baseline need --wait")
+    if args.baseline or args.metric or args.threshold:
+        metrics_of(args), thresholds_of(args)  # usage errors before anything is queued
+    client = make_client(args)
+    text = read_spec_text(args.spec) if args.spec else None
+    run = client.submit(text, preset=args.preset, name=args.name, public=args.public)
+    print(run["links"]["page"], flush=True)
+    err(
+        f"submitted run {run['id']} ({run['progress']['total']} measurements); "
+        f"follow it with: servebench status {run['id']}"
+    )
+    if not args.wait:
+        return EXIT_OK
+    try:
+        run = wait_for(client, run["id"], timeout=args.timeout, poll=args.poll)
+        document = client.result(run["id"])
+        print()
+        print(render.results_table(document))
+        summary, code = render.results_markdown(run, document), EXIT_OK
+        if args.set_baseline:
+            client.mark_baseline(run["id"], args.set_baseline)
+            err(f"marked run {run['id']} as a baseline: latest:{args.set_baseline}")
+        if args.baseline:
+            base = resolve(
+                client, args.baseline, fingerprint=run.get("fingerprint") or "", before=run["id"]
+            )
+            comparison, url = run_comparison(client, args, base, run)
+            print()
+            print(render.comparison_table(comparison, base, run), end="")
+            summary = render.comparison_markdown(comparison, base, run, url)
+            code = EXIT_REGRESSION if comparison.regressed else EXIT_OK
+    except ServebenchError as exc:
+        write_summary(args.summary, f"### 🔴 servebench: error\n\n{exc}\n")
+        raise
+    write_summary(args.summary, summary)
+    return code
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    print(render.run_status(resolve(make_client(args), args.run)))
+    return EXIT_OK
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    run = resolve(client, args.run)
+    document = client.result(run["id"])
+    if run["status"] not in FINAL:
+        err(f"run {run['id']} is still {run['status']} ({render.progress(run)}): results so far")
+    elif run["status"] != "succeeded":
+        err(f"run {run['id']} {run['status']}: {run.get('failure_reason') or 'no reason'}")
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+    elif args.format == "csv":
+        print(render.results_csv(document), end="")
+    elif args.format == "markdown":
+        print(render.results_markdown(run, document), end="")
+    else:
+        print(render.results_table(document))
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    run = resolve(client, args.run)
+    cancelled = client.cancel(run["id"])
+    print(f"cancelled run {cancelled['id']} ({cancelled.get('failure_reason') or 'cancelled'})")
+    return EXIT_OK
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    presets = make_client(args).presets()
+    print(json.dumps(presets, indent=2) if args.format == "json" else render.presets_table(presets))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Offline, with the runners' spec model: the API's rules and field names (``spec.``
+    prefixed, as ``POST /api/v1/runs/`` reports them)."""
+    from runners import spec as rs
+
+    try:
+        text = Path(args.spec).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServebenchError(f"cannot read the spec {args.spec}: {exc.strerror}") from None
+    try:
+        spec = rs.loads_spec(text)
+    except rs.SpecError as exc:
+        errors = [
+            {"field": f"spec.{e['field']}" if e["field"] else "spec", "message": e["message"]}
+            for e in exc.errors
+        ]
+        err(f"servebench: error: invalid spec {args.spec}: {rs.SpecError(errors)}")
+        for e in errors[1:]:
+            err(f"  {e['field']}: {e['message']}")
+        return EXIT_ERROR
+    points = len(spec.points())
+    backends = ", ".join(b.name for b in spec.backends)
+    print(
+        f"{args.spec}: valid: {spec.total_measurements()} measurements "
+        f"({backends}; {points} sweep points x {spec.repeats} repeats)"
+    )
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    metrics_of(args), thresholds_of(args)
+    base, cand = resolve_pair(client, args.base, args.candidate)
+    if base["id"] == cand["id"]:
+        raise UsageError(f"BASE and CANDIDATE are the same run {base['id']}")
+    comparison, url = run_comparison(client, args, base, cand)
+    fmt = "markdown" if args.markdown else args.format
+    if fmt == "json":
+        print(render.comparison_json(comparison, base, cand, url), end="")
+    elif fmt == "markdown":
+        print(render.comparison_markdown(comparison, base, cand, url), end="")
+    else:
+        print(render.comparison_table(comparison, base, cand), end="")
+    write_summary(args.summary, render.comparison_markdown(comparison, base, cand, url))
+    return EXIT_REGRESSION if comparison.regressed else EXIT_OK
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    client = make_client(args)
+    run = resolve(client, args.run)
+    if args.unset:
+        client.unmark_baseline(run["id"], args.label)
+        print(f"run {run['id']} is no longer a baseline under {args.label!r}")
+        return EXIT_OK
+    client.mark_baseline(run["id"], args.label)
+    later = (
+        ""
+        if run["status"] == "succeeded"
+        else f" (it counts once it succeeds; now {run['status']})"
+    )
+    print(
+        f"run {run['id']} is a baseline under {args.label!r} for its series "
+        f"(fingerprint {str(run.get('fingerprint'))[:12]}){later}; compare with "
+        f"--baseline latest:{args.label}"
+    )
+    return EXIT_OK
+
+
+def cmd_baselines(args: argparse.Namespace) -> int:
+    page = make_client(args).baselines(
+        label=args.label, fingerprint=args.fingerprint, owner=args.owner
+    )
+    rows = [
+        [
+            m["label"],
+            m["run"]["id"],
+            m["run"]["status"],
+            m["run"]["name"],
+            (m["run"].get("fingerprint") or "")[:12],
+            m["run"]["created_at"],
+            m.get("set_by") or "-",
+        ]
+        for m in page.get("results", [])
+    ]
+    print(render.table(["label", "run", "status", "name", "fingerprint", "created", "by"], rows))
+    if page.get("next"):
+        err(f"more: {page['next']}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (see module doc)."""
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except ServebenchError as exc:
+        err(f"servebench: error: {exc}")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        err("servebench: interrupted; a submitted run keeps going (servebench cancel RUN)")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `servebench results X | head`: not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK

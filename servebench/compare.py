@@ -1,0 +1,205 @@
+"""Two result documents side by side: points matched, a noise-aware verdict per metric.
+
+Input is the result document (``runners.result.ResultDocument`` JSON, as
+``GET /api/v1/runs/{id}/result`` or ``python -m runners run --out`` gives it), so a
+comparison needs no portal: two ``--out`` files compare the same way.
+
+Points match by (backend, point key). A backend is named by its kind (``vllm``,
+``hf-sequential``) when it is its run's only backend of that kind, as on the portal's
+compare page, so runs whose single vLLM backends carry different names still line up.
+Repeats of a point are grouped; failed measurements are left out (a run with failed
+points is a failed run, which ``servebench compare`` refuses before getting here).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servebench.verdict import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_METRICS,
+    DEFAULT_THRESHOLD,
+    WORSE,
+    MetricVerdict,
+    Side,
+    compare_metric,
+    parse_metric,
+)
+
+
+@dataclass
+class Point:
+    """One backend at one sweep point of one run, its succeeded repeats grouped."""
+
+    backend: str
+    key: str
+    side: Side = field(default_factory=Side)
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} {self.key}"
+
+
+@dataclass
+class PointComparison:
+    backend: str
+    key: str
+    base_repeats: int
+    candidate_repeats: int
+    verdicts: list[MetricVerdict]
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} {self.key}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "point": self.key,
+            "base_repeats": self.base_repeats,
+            "candidate_repeats": self.candidate_repeats,
+            "metrics": [v.as_dict() for v in self.verdicts],
+        }
+
+
+@dataclass
+class Comparison:
+    """Every matched point's verdicts, and the points only one run has."""
+
+    points: list[PointComparison]
+    only_base: list[str]
+    only_candidate: list[str]
+    metrics: list[str]
+    threshold: float
+    thresholds: dict[str, float]
+    confidence: float
+    n_boot: int
+    seed: int
+
+    @property
+    def regressions(self) -> list[tuple[PointComparison, MetricVerdict]]:
+        return [(p, v) for p in self.points for v in p.verdicts if v.verdict == WORSE]
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions)
+
+    def counts(self) -> Counter[str]:
+        return Counter(v.verdict for p in self.points for v in p.verdicts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "regressed": self.regressed,
+            "verdicts": dict(self.counts()),
+            "metrics": self.metrics,
+            "threshold": self.threshold,
+            "thresholds": self.thresholds,
+            "confidence": self.confidence,
+            "bootstrap": self.n_boot,
+            "seed": self.seed,
+            "points": [p.as_dict() for p in self.points],
+            "only_in_base": self.only_base,
+            "only_in_candidate": self.only_candidate,
+        }
+
+
+def points_of(document: Mapping[str, Any]) -> dict[tuple[str, str], Point]:
+    """The succeeded measurements of a result document grouped per (backend label, point
+    key), in document order."""
+    measurements = [m for m in document.get("measurements") or [] if isinstance(m, dict)]
+    kinds = Counter(
+        kind for kind, _ in {(m.get("backend_kind"), m.get("backend")) for m in measurements}
+    )
+    out: dict[tuple[str, str], Point] = {}
+    for m in measurements:
+        if m.get("status") != "succeeded":
+            continue
+        kind, name = str(m.get("backend_kind") or ""), str(m.get("backend") or "")
+        label = kind if kind and kinds[kind] == 1 else name
+        key = str((m.get("point") or {}).get("key") or "")
+        point = out.setdefault((label, key), Point(label, key))
+        point.side.metrics.append(m.get("metrics") or {})
+        point.side.details.append(m.get("detail") or {})
+    return out
+
+
+def compare_documents(
+    base: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    metrics: Iterable[str] = DEFAULT_METRICS,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    thresholds: Mapping[str, float] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> Comparison:
+    """Compare ``candidate`` with ``base`` on ``metrics`` at every point both measured.
+
+    ``thresholds`` overrides ``threshold`` per metric key (``{"p99_ttft_ms": 0.1}``).
+    ValueError for an unknown metric name.
+    """
+    parsed = [parse_metric(name) for name in metrics]
+    keys = list(dict.fromkeys(m.key for m in parsed))
+    per_metric = {parse_metric(k).key: v for k, v in (thresholds or {}).items()}
+    base_points = points_of(base)
+    cand_points = points_of(candidate)
+    compared: list[PointComparison] = []
+    for ident, bp in base_points.items():
+        cp = cand_points.get(ident)
+        if cp is None:
+            continue
+        verdicts = [
+            compare_metric(
+                parse_metric(key),
+                bp.side,
+                cp.side,
+                threshold=per_metric.get(key, threshold),
+                confidence=confidence,
+                n_boot=n_boot,
+                seed=f"{seed}|{bp.backend}|{bp.key}",
+            )
+            for key in keys
+        ]
+        compared.append(
+            PointComparison(bp.backend, bp.key, bp.side.repeats, cp.side.repeats, verdicts)
+        )
+    return Comparison(
+        points=compared,
+        only_base=[p.label for i, p in base_points.items() if i not in cand_points],
+        only_candidate=[p.label for i, p in cand_points.items() if i not in base_points],
+        metrics=keys,
+        threshold=threshold,
+        thresholds=per_metric,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+def describe_methods(comparison: Comparison) -> list[str]:
+    """One line per distinct method used, for the footer of a table or a PR comment."""
+    seen: dict[str, str] = {}
+    for p in comparison.points:
+        for v in p.verdicts:
+            seen.setdefault(v.method, v.detail)
+    return [f"{method}: e.g. {detail}" for method, detail in seen.items()]
+
+
+def notes(comparison: Comparison) -> list[str]:
+    """Distinct notes (few samples for a p99, one repeat...) across the comparison."""
+    out: list[str] = []
+    for p in comparison.points:
+        for v in p.verdicts:
+            for note in v.notes:
+                if note not in out:
+                    out.append(note)
+    return out
+
+
+def metric_order(keys: Sequence[str]) -> list[str]:
+    return [parse_metric(k).key for k in keys]

@@ -1,0 +1,357 @@
+"""Text output of the CLI: aligned tables for people, JSON and CSV for programs, Markdown for
+pull-request comments. Pure functions of API payloads; no I/O here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from servebench.compare import Comparison, describe_methods, notes
+from servebench.verdict import BETTER, NO_DATA, NOISE, THRESHOLD, WORSE, MetricVerdict
+
+# Results table columns: (header, metric key).
+RESULT_COLUMNS = (
+    ("req/s", "request_throughput"),
+    ("out tok/s", "output_throughput"),
+    ("TTFT p50 ms", "median_ttft_ms"),
+    ("TTFT p99 ms", "p99_ttft_ms"),
+    ("TPOT p50 ms", "median_tpot_ms"),
+    ("ITL p99 ms", "p99_itl_ms"),
+    ("E2E p99 ms", "p99_e2el_ms"),
+)
+CSV_METRICS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "request_goodput",
+    *(
+        f"{stat}_{name}_ms"
+        for name in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "std", "p90", "p99")
+    ),
+)
+MARK = {BETTER: "better", WORSE: "WORSE", NOISE: "within noise", THRESHOLD: "within threshold"}
+EMOJI = {BETTER: "🟢", WORSE: "🔴", NOISE: "⚪", THRESHOLD: "⚪", NO_DATA: "⚫"}
+
+
+def number(value: Any) -> str:
+    """A metric for a table: 4 significant figures, no exponent for ordinary sizes."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    v = float(value)
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.1f}"
+    if abs(v) >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def interval(v: MetricVerdict) -> str:
+    """``[-3.1%, +4.0%]``; an end the data cannot bound reads ``-inf`` / ``+inf``."""
+    if v.interval is None:
+        return "-"
+    lo, hi = (f"{x * 100:+.1f}%" if math.isfinite(x) else f"{x:+}" for x in v.interval)
+    return f"[{lo}, {hi}]"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell; numbers right-aligned."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        all(_looks_numeric(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))
+    ]
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [
+            c.rjust(widths[i]) if numeric[i] and n > 0 else c.ljust(widths[i])
+            for i, c in enumerate(row)
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _looks_numeric(text: str) -> bool:
+    t = text.replace(",", "").replace("%", "").lstrip("+-")
+    if t in ("", "-"):
+        return True
+    try:
+        float(t)
+    except ValueError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def progress(run: Mapping[str, Any]) -> str:
+    p = run.get("progress") or {}
+    return f"{p.get('done', 0)}/{p.get('total', 0)} points"
+
+
+def run_status(run: Mapping[str, Any]) -> str:
+    """``servebench status``: the facts a person checks, one per line."""
+    rows = [
+        ("run", f"{run.get('id')}  {run.get('name') or ''}".rstrip()),
+        ("status", f"{run.get('status')}, {progress(run)}"),
+    ]
+    if run.get("failure_reason"):
+        rows.append(("reason", run["failure_reason"]))
+    rows += [
+        ("model", run.get("model_id") or "-"),
+        ("gpu", f"{run.get('gpu_name') or '-'} x{run.get('gpu_count') or 0}"),
+        ("backends", ", ".join(run.get("backends") or []) or "-"),
+        ("owner", run.get("owner") or "-"),
+        ("created", run.get("created_at") or "-"),
+        ("finished", run.get("finished_at") or "-"),
+        ("fingerprint", run.get("fingerprint") or "-"),
+        ("page", (run.get("links") or {}).get("page", "-")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def _measurements(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [m for m in document.get("measurements") or [] if isinstance(m, dict)]
+
+
+def results_table(document: Mapping[str, Any]) -> str:
+    """One row per measurement (backend, point, repeat) with the headline metrics."""
+    rows = []
+    failures = []
+    for m in _measurements(document):
+        metrics = m.get("metrics") or {}
+        point = (m.get("point") or {}).get("key", "")
+        rows.append(
+            [
+                m.get("backend", ""),
+                point,
+                m.get("repeat", 0),
+                m.get("status", ""),
+                *(number(metrics.get(key)) for _, key in RESULT_COLUMNS),
+            ]
+        )
+        if m.get("status") != "succeeded" and m.get("error"):
+            failures.append(f"{m.get('backend')} {point}: {m['error']}")
+    if not rows:
+        return "(no measurements yet)"
+    out = table(["backend", "point", "repeat", "status", *(h for h, _ in RESULT_COLUMNS)], rows)
+    if failures:
+        out += "\n\nfailed:\n" + "\n".join(f"  {f}" for f in failures)
+    return out
+
+
+def results_csv(document: Mapping[str, Any]) -> str:
+    """One row per measurement: the point's workload and every vLLM metric key."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    head = ["backend", "backend_kind", "point", "sweep", "axis", "value", "repeat", "status"]
+    head += ["input_len", "output_len", "max_concurrency", "num_prompts", "request_rate"]
+    writer.writerow([*head, *CSV_METRICS, "error"])
+    for m in _measurements(document):
+        p = m.get("point") or {}
+        metrics = m.get("metrics") or {}
+        writer.writerow(
+            [
+                m.get("backend"),
+                m.get("backend_kind"),
+                p.get("key"),
+                p.get("sweep"),
+                p.get("axis") or "",
+                _cell(p.get("value")),
+                m.get("repeat"),
+                m.get("status"),
+                p.get("input_len"),
+                p.get("output_len"),
+                p.get("max_concurrency"),
+                p.get("num_prompts"),
+                _cell(p.get("request_rate")),
+                *(_cell(metrics.get(k)) for k in CSV_METRICS),
+                m.get("error") or "",
+            ]
+        )
+    return buf.getvalue()
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else repr(value) if isinstance(value, float) else str(value)
+
+
+def results_markdown(run: Mapping[str, Any], document: Mapping[str, Any]) -> str:
+    """A run's results as a PR comment (no baseline to compare with)."""
+    page = (run.get("links") or {}).get("page", "")
+    lines = [
+        f"### servebench: [{run.get('name') or run.get('id')}]({page}) {run.get('status')}",
+        "",
+        "| backend | point | " + " | ".join(h for h, _ in RESULT_COLUMNS) + " |",
+        "|---|---|" + "---:|" * len(RESULT_COLUMNS),
+    ]
+    for m in _measurements(document):
+        metrics = m.get("metrics") or {}
+        cells = " | ".join(number(metrics.get(k)) for _, k in RESULT_COLUMNS)
+        lines.append(f"| {m.get('backend')} | `{(m.get('point') or {}).get('key')}` | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def presets_table(presets: Sequence[Mapping[str, Any]]) -> str:
+    rows = [[p.get("name"), p.get("title"), p.get("description")] for p in presets]
+    return table(["name", "title", "description"], rows)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def _run_ref(run: Mapping[str, Any]) -> str:
+    return f"{run.get('id')} ({run.get('name') or run.get('model_id') or ''})"
+
+
+def verdict_summary(comparison: Comparison) -> str:
+    counts = comparison.counts()
+    if comparison.regressed:
+        head = f"{counts[WORSE]} regression{'s' if counts[WORSE] != 1 else ''}"
+    else:
+        head = "no regression"
+    rest = [f"{counts[v]} {v}" for v in (BETTER, NOISE, THRESHOLD, NO_DATA) if counts[v]]
+    return head + (f" ({', '.join(rest)})" if rest else "")
+
+
+def comparison_table(
+    comparison: Comparison, base: Mapping[str, Any], candidate: Mapping[str, Any]
+) -> str:
+    """A table per point: base, candidate, change, interval, method, verdict; then why."""
+    conf = f"{comparison.confidence * 100:g}%"
+    out = [
+        f"base       {_run_ref(base)}  {(base.get('links') or {}).get('page', '')}",
+        f"candidate  {_run_ref(candidate)}  {(candidate.get('links') or {}).get('page', '')}",
+        f"threshold  {_thresholds(comparison)}; interval {conf}; a regression needs both",
+    ]
+    if base.get("fingerprint") and base.get("fingerprint") != candidate.get("fingerprint"):
+        out.append(
+            "note       the runs' fingerprints differ (model, workload, engine flags or GPU)"
+        )
+    for p in comparison.points:
+        out += ["", f"{p.label}  (repeats: {p.base_repeats} vs {p.candidate_repeats})"]
+        rows = [
+            [
+                v.metric,
+                number(v.base),
+                number(v.candidate),
+                pct(v.change),
+                interval(v),
+                v.method,
+                MARK.get(v.verdict, v.verdict),
+            ]
+            for v in p.verdicts
+        ]
+        body = table(
+            ["metric", "base", "candidate", "change", f"{conf} interval", "method", "verdict"],
+            rows,
+        )
+        out += ["  " + line for line in body.splitlines()]
+    if not comparison.points:
+        out += ["", "no point was measured by both runs: nothing to compare"]
+    for label in comparison.only_base:
+        out.append(f"only in base: {label}")
+    for label in comparison.only_candidate:
+        out.append(f"only in candidate: {label}")
+    out += ["", f"verdict: {verdict_summary(comparison)}"]
+    for p, v in comparison.regressions:
+        out.append(
+            f"  WORSE {p.label} {v.metric}: {pct(v.change)} {interval(v)} "
+            f"({'higher' if v.better == 'higher' else 'lower'} is better)"
+        )
+    methods = describe_methods(comparison)
+    if methods:
+        out += ["methods:"] + [f"  {m}" for m in methods]
+    for note in notes(comparison):
+        out.append(f"note: {note}")
+    return "\n".join(out) + "\n"
+
+
+def _thresholds(comparison: Comparison) -> str:
+    text = f"{comparison.threshold * 100:g}%"
+    extra = [f"{k} {v * 100:g}%" for k, v in comparison.thresholds.items()]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def comparison_markdown(
+    comparison: Comparison,
+    base: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    compare_url: str = "",
+) -> str:
+    """A pull-request comment: the verdict first, one table, the method in a fold."""
+    icon = "🔴" if comparison.regressed else "🟢"
+    conf = f"{comparison.confidence * 100:g}%"
+    bpage = (base.get("links") or {}).get("page", "")
+    cpage = (candidate.get("links") or {}).get("page", "")
+    lines = [
+        f"### {icon} servebench: {verdict_summary(comparison)}",
+        "",
+        f"Candidate [{_run_ref(candidate)}]({cpage}) against base [{_run_ref(base)}]({bpage})"
+        + (f" · [compare page]({compare_url})" if compare_url else ""),
+        "",
+        f"A regression is a change worse than the threshold ({_thresholds(comparison)}) "
+        f"whose {conf} interval excludes zero.",
+        "",
+        f"| point | metric | base | candidate | change | {conf} interval | verdict |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for p in comparison.points:
+        for v in p.verdicts:
+            lines.append(
+                f"| `{p.label}` | {v.metric} | {number(v.base)} | {number(v.candidate)} | "
+                f"{pct(v.change)} | {interval(v)} | {EMOJI.get(v.verdict, '')} {v.verdict} |"
+            )
+    if not comparison.points:
+        lines.append("| - | no point measured by both runs | | | | | |")
+    extra = [f"only in base: `{x}`" for x in comparison.only_base]
+    extra += [f"only in candidate: `{x}`" for x in comparison.only_candidate]
+    if extra:
+        lines += ["", *(f"- {x}" for x in extra)]
+    lines += ["", "<details><summary>How the verdict was computed</summary>", ""]
+    lines += [f"- {m}" for m in describe_methods(comparison)]
+    lines += [f"- note: {n}" for n in notes(comparison)]
+    lines += [
+        f"- bootstrap resamples: {comparison.n_boot}, seed {comparison.seed} (reproducible)",
+        "",
+        "</details>",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_json(
+    comparison: Comparison,
+    base: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    compare_url: str = "",
+) -> str:
+    body = {
+        "base": {k: base.get(k) for k in ("id", "name", "fingerprint", "links")},
+        "candidate": {k: candidate.get(k) for k in ("id", "name", "fingerprint", "links")},
+        "compare_url": compare_url,
+        **comparison.as_dict(),
+    }
+    return json.dumps(body, indent=2) + "\n"
