@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv run test test-fast lint format bench browser kube clean-dev
+.PHONY: help venv run test test-fast lint format bench browser kube k8s-check clean-dev
 
 help:
 	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
@@ -13,6 +13,7 @@ help:
 	@echo "make test-fast  the suite without the slow end-to-end tests (no vLLM server starts)"
 	@echo "make lint       ruff check + format check"
 	@echo "make bench      benchmarks under bench/ (print side-by-side ratios)"
+	@echo "make k8s-check  Helm chart, k8s/ manifests and the Kubernetes executor (tests/k8s)"
 
 venv:
 	@scripts/venv.sh
@@ -24,6 +25,11 @@ browser:
 # (built or fetched once into ~/.cache/servebench/kube; minutes the first time).
 kube:
 	@scripts/kube-binaries.sh >/dev/null
+
+# helm lint + render, kustomize build, schema validation (Kubernetes 1.37), and the
+# executor, chart and manifests against the real control plane from `make kube`.
+k8s-check: kube
+	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
 run:
 	@$(PY) scripts/quickstart.py
