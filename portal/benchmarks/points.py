@@ -1,0 +1,386 @@
+"""A run's measurements per sweep point: repeats aggregated, metrics named once.
+
+Every page and API answer that shows numbers per point (the run page, compare, history,
+CSV downloads) reads them through here, so "p50", "goodput" or "peak KV-cache usage"
+mean the same thing everywhere.
+
+- ``METRICS``: the metric catalogue (key, label, unit, which direction is better). Keys
+  are vLLM's bench names (``output_throughput``, ``p99_ttft_ms``...), plus the server's
+  (``preemptions``, ``kv_cache_usage_peak``...), ``request_goodput`` and
+  ``slo_attainment``. ``p50_*`` is vLLM's ``median_*`` when the client gave no p50.
+- ``measurement_values(m)``: one measurement's numbers under those keys.
+- ``aggregate(measurements)``: ``PointStats`` per (backend, point): mean, sample standard
+  deviation, min and max across the succeeded repeats, failures counted.
+- ``run_results(run)``: the run's ``RunResults`` in one query (two when the spec has an
+  SLO and the client reported no goodput: the per-request arrays it needs).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models.fields.json import KT, KeyTransform
+
+from portal.benchmarks import goodput, queries
+from portal.benchmarks.models import Measurement, Run
+from runners import spec as rs
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str
+    better: str = ""  # "higher", "lower" or "" (neither: a fact, not a score)
+    digits: int = 1
+    group: str = ""
+
+
+def _latency_metrics() -> list[Metric]:
+    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
+    out = []
+    for key, name in names.items():
+        digits = 2 if key in ("tpot", "itl") else 1
+        for stat in ("mean", "p50", "p90", "p99"):
+            out.append(Metric(f"{stat}_{key}_ms", f"{name} {stat}", "ms", "lower", digits, key))
+    return out
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("request_throughput", "Requests/s", "req/s", "higher", 2, "throughput"),
+    Metric("output_throughput", "Output tok/s", "tok/s", "higher", 1, "throughput"),
+    Metric("total_token_throughput", "Total tok/s", "tok/s", "higher", 1, "throughput"),
+    Metric("request_goodput", "Goodput", "req/s", "higher", 2, "goodput"),
+    Metric("slo_attainment", "Within SLO", "%", "higher", 1, "goodput"),
+    *_latency_metrics(),
+    Metric("preemptions", "Preemptions", "", "lower", 0, "server"),
+    Metric("kv_cache_usage_peak", "Peak KV cache", "%", "", 1, "server"),
+    Metric("gpu_memory_peak_bytes", "Peak GPU memory", "GiB", "", 2, "server"),
+    Metric("prefix_cache_hit_rate", "Prefix-cache hits", "%", "", 1, "server"),
+)
+METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
+
+# Server facts kept in columns (the runner sends them in server_metrics).
+SERVER_COLUMNS = (
+    "preemptions",
+    "kv_cache_usage_peak",
+    "gpu_memory_peak_bytes",
+    "prefix_cache_hit_rate",
+)
+_LATENCY = ("ttft", "tpot", "itl", "e2el")
+
+
+def display_value(key: str, value: float | None) -> float | None:
+    """A metric in the unit its catalogue entry names (fractions as %, bytes as GiB)."""
+    if value is None:
+        return None
+    metric = METRIC_BY_KEY.get(key)
+    if metric is None:
+        return value
+    if metric.unit == "%":
+        return value * 100.0
+    if metric.unit == "GiB":
+        return value / 2**30
+    return value
+
+
+def measurement_values(
+    m: Measurement, extra: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """One succeeded measurement's numbers under the catalogue's keys."""
+    values: dict[str, float] = {}
+    for key, value in (m.metrics or {}).items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
+    for name in _LATENCY:
+        median = values.get(f"median_{name}_ms")
+        if median is not None:
+            values.setdefault(f"p50_{name}_ms", median)
+    for column in SERVER_COLUMNS:
+        value = getattr(m, column, None)
+        if value is not None:
+            values[column] = float(value)
+    if extra:
+        values.update(extra)
+    return values
+
+
+@dataclass
+class PointStats:
+    """One backend at one sweep point, its repeats aggregated."""
+
+    backend: str
+    backend_kind: str
+    point_key: str
+    sweep: str
+    axis: str | None
+    value: float | None
+    input_len: int
+    output_len: int
+    concurrency: int
+    num_prompts: int
+    repeats: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    mean: dict[str, float] = field(default_factory=dict)
+    std: dict[str, float] = field(default_factory=dict)
+    low: dict[str, float] = field(default_factory=dict)
+    high: dict[str, float] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def x(self) -> float:
+        """Where the point sits on its sweep's axis (a point without a sweep sits at 1)."""
+        return float(self.value) if self.value is not None else 1.0
+
+    @property
+    def ok(self) -> bool:
+        return self.repeats > 0
+
+    def get(self, key: str) -> float | None:
+        return self.mean.get(key)
+
+    @property
+    def label(self) -> str:
+        if self.axis is None or self.value is None:
+            return self.sweep
+        return f"{self.axis}={number(self.value)}"
+
+    @property
+    def short(self) -> str:
+        """'concurrency 16', 'prompt 1024 tokens' ... for sentences and headings."""
+        if self.axis is None or self.value is None:
+            return self.sweep
+        return AXIS_WORDS.get(self.axis, self.axis + " {}").format(number(self.value))
+
+
+AXIS_WORDS = {
+    "max_concurrency": "concurrency {}",
+    "input_len": "prompt {} tokens",
+    "output_len": "output {} tokens",
+    "request_rate": "{} req/s",
+    "num_prompts": "{} prompts",
+}
+
+
+def number(value: float | None) -> str:
+    """16.0 -> '16', 0.5 -> '0.5' (sweep values, labels)."""
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass
+class Series:
+    """One backend along one sweep: succeeded points sorted by the swept value."""
+
+    backend: str
+    sweep: str
+    axis: str
+    points: list[PointStats]
+
+    def xs(self) -> list[float]:
+        return [p.x for p in self.points]
+
+    def ys(self, key: str) -> list[float | None]:
+        return [p.mean.get(key) for p in self.points]
+
+    def errs(self, key: str) -> list[float]:
+        return [p.std.get(key, 0.0) for p in self.points]
+
+    def has(self, key: str) -> bool:
+        return any(p.mean.get(key) is not None for p in self.points)
+
+
+@dataclass
+class RunResults:
+    """A run's points: vLLM series per sweep, HF baselines, failed points."""
+
+    points: list[PointStats]
+    slo: dict[str, float] | None = None
+    server_metrics: list[dict[str, Any]] = field(default_factory=list)
+    sweep_order: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.sweep_order:
+            self.points.sort(
+                key=lambda p: (p.backend_kind == "vllm", self._sweep_order(p.sweep), p.backend, p.x)
+            )
+        self._series: list[Series] | None = None
+
+    @property
+    def baselines(self) -> dict[str, PointStats]:
+        return {p.backend: p for p in self.points if p.backend_kind == "hf-sequential" and p.ok}
+
+    def series(self) -> list[Series]:
+        if self._series is None:
+            self._series = self._build_series()
+        return self._series
+
+    def _build_series(self) -> list[Series]:
+        grouped: dict[tuple[str, str, str], list[PointStats]] = defaultdict(list)
+        for p in self.points:
+            if p.backend_kind == "hf-sequential" or not p.ok:
+                continue
+            grouped[(p.sweep, p.axis or "max_concurrency", p.backend)].append(p)
+        out = [
+            Series(backend, sweep, axis, sorted(pts, key=lambda p: p.x))
+            for (sweep, axis, backend), pts in grouped.items()
+        ]
+        out.sort(key=lambda s: (self._sweep_order(s.sweep), s.backend))
+        return out
+
+    def _sweep_order(self, sweep: str) -> int:
+        order = self.sweep_order or list(dict.fromkeys(p.sweep for p in self.points))
+        return order.index(sweep) if sweep in order else len(order)
+
+    def sweeps(self) -> list[str]:
+        return list(dict.fromkeys(s.sweep for s in self.series()))
+
+    def speedup(self, point: PointStats, key: str = "output_throughput") -> float | None:
+        """The point's ``key`` over the (first) HF baseline's, when both exist."""
+        base = next(iter(self.baselines.values()), None)
+        ref = base.get(key) if base else None
+        value = point.get(key)
+        if not ref or value is None or point.backend_kind == "hf-sequential":
+            return None
+        return value / ref
+
+
+def _aggregate_values(point: PointStats, rows: list[dict[str, float]]) -> None:
+    keys: set[str] = set()
+    for values in rows:
+        keys.update(values)
+    for key in sorted(keys):
+        samples = [values[key] for values in rows if key in values]
+        if not samples:
+            continue
+        point.samples[key] = samples
+        point.mean[key] = statistics.fmean(samples)
+        point.std[key] = statistics.stdev(samples) if len(samples) > 1 else 0.0
+        point.low[key] = min(samples)
+        point.high[key] = max(samples)
+
+
+def aggregate(
+    measurements: Iterable[Measurement],
+    extra: Mapping[int, Mapping[str, float]] | None = None,
+    key_of: Any = None,
+) -> list[PointStats]:
+    """PointStats per (backend, point key), in first-seen order.
+
+    ``extra`` adds values per measurement id (goodput computed from per-request arrays).
+    ``key_of(m)`` overrides the grouping key (compare groups by run as well).
+    """
+    extra = extra or {}
+    points: dict[Any, PointStats] = {}
+    values: dict[Any, list[dict[str, float]]] = defaultdict(list)
+    for m in measurements:
+        key = key_of(m) if key_of else (m.backend, m.point_key)
+        point = points.get(key)
+        if point is None:
+            point = points[key] = PointStats(
+                backend=m.backend,
+                backend_kind=m.backend_kind,
+                point_key=m.point_key,
+                sweep=m.sweep,
+                axis=m.axis or None,
+                value=m.value,
+                input_len=m.input_len,
+                output_len=m.output_len,
+                concurrency=m.concurrency,
+                num_prompts=m.num_prompts,
+            )
+        if m.status != "succeeded":
+            point.failed += 1
+            if m.error and len(point.errors) < 3:
+                point.errors.append(m.error)
+            continue
+        row = measurement_values(m, extra.get(m.pk))
+        if not row:
+            point.failed += 1
+            continue
+        point.repeats += 1
+        values[key].append(row)
+    for key, point in points.items():
+        _aggregate_values(point, values[key])
+    return list(points.values())
+
+
+def spec_sweeps(spec: Mapping[str, Any]) -> list[str]:
+    """The spec's sweep names in its own order (the order pages show them in)."""
+    return [str(s.get("name")) for s in spec.get("sweeps") or [] if isinstance(s, Mapping)]
+
+
+def spec_slo(spec: Mapping[str, Any]) -> dict[str, float] | None:
+    """The run's SLO as {ttft_ms, tpot_ms, e2el_ms} (given ones only), or None."""
+    try:
+        parsed = rs.parse_spec(dict(spec))
+    except rs.SpecError:
+        return None
+    return parsed.slo.model_dump(exclude_none=True) if parsed.slo else None
+
+
+def detail_arrays(measurement_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The per-request arrays goodput needs, without the large ITL lists (one query)."""
+    if not measurement_ids:
+        return {}
+    rows = (
+        Measurement.objects.filter(pk__in=measurement_ids)
+        .annotate(
+            d_ttfts=KeyTransform("ttfts", "detail"),
+            d_latencies=KeyTransform("latencies", "detail"),
+            d_output_lens=KeyTransform("output_lens", "detail"),
+            d_errors=KeyTransform("errors", "detail"),
+            d_duration=KT("raw__duration"),
+        )
+        .values_list("pk", "d_ttfts", "d_latencies", "d_output_lens", "d_errors", "d_duration")
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for pk, ttfts, latencies, output_lens, errors, duration in rows:
+        out[pk] = {
+            "ttfts": ttfts,
+            "latencies": latencies,
+            "output_lens": output_lens,
+            "errors": errors,
+            "duration": duration,
+        }
+    return out
+
+
+def goodput_extra(
+    measurements: Iterable[Measurement],
+    slo_for: Callable[[Measurement], Mapping[str, float] | None],
+) -> dict[int, dict[str, float]]:
+    """Goodput and SLO attainment per measurement id, for measurements whose run has an
+    SLO (``slo_for(m)``): the client's own goodput when it reported one, else computed from
+    the per-request arrays (one query for all of those together)."""
+    extra: dict[int, dict[str, float]] = {}
+    need: dict[int, Mapping[str, float]] = {}
+    for m in measurements:
+        slo = slo_for(m)
+        if not slo or m.status != "succeeded" or m.backend_kind != "vllm":
+            continue
+        reported = goodput.from_metrics(m.metrics or {})
+        if reported is not None:
+            extra[m.pk] = reported
+        else:
+            need[m.pk] = slo
+    for pk, detail in detail_arrays(list(need)).items():
+        computed = goodput.from_detail(detail, need[pk])
+        if computed is not None:
+            extra[pk] = computed
+    return extra
+
+
+def run_results(run: Run) -> RunResults:
+    """A run's points (one query; two with an SLO whose goodput must be computed)."""
+    measurements = list(queries.run_measurements(run))
+    slo = spec_slo(run.spec)
+    extra = goodput_extra(measurements, lambda m: slo)
+    server = [m.server_metrics for m in measurements if isinstance(m.server_metrics, dict)]
+    return RunResults(aggregate(measurements, extra), slo, server, spec_sweeps(run.spec))
