@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from portal.api import baseline_views, logs_views, runner_views, views
+from portal.api import baseline_views, compare_views, logs_views, runner_views, views
 
 app_name = "api"
 
@@ -22,6 +22,8 @@ urlpatterns = [
     path("baselines/", baseline_views.BaselineList.as_view(), name="baselines"),
     path("runs/<str:public_id>/logs", logs_views.RunLogs.as_view(), name="run-logs"),
     path("presets/", views.Presets.as_view(), name="presets"),
+    path("compare/", compare_views.Compare.as_view(), name="compare"),
+    path("history/", compare_views.History.as_view(), name="history"),
     path("spec-schema/", views.SpecSchema.as_view(), name="spec-schema"),
     path(
         "runner/runs/<str:public_id>/events",

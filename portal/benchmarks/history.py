@@ -1,0 +1,227 @@
+"""History of one comparable series: a headline metric at one point, run after run.
+
+Runs that share ``Run.fingerprint`` measured the same model, workload, sweeps, engine
+configuration and GPU type, so their numbers line up over time; what may change between
+them is the software (vLLM, PyTorch, driver, CUDA, image). ``history()`` returns one
+value per run (the mean over its repeats) with the versions it ran on, and labels each
+point where a version changed from the previous one.
+
+Three queries whatever the length of the history (the newest run for the title, the
+points on offer, the series itself, aggregated in SQL); at most ``MAX_POINTS`` runs, the
+newest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Avg, Count, F, StdDev
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+
+from portal.benchmarks import points as pts
+from portal.benchmarks import queries
+from portal.benchmarks.models import Measurement, Run
+
+MAX_POINTS = 1000
+_FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
+
+# Metrics stored as columns (aggregated in SQL): the headline ones.
+HISTORY_METRICS: tuple[str, ...] = (
+    "output_throughput",
+    "request_throughput",
+    "total_token_throughput",
+    *(f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for stat in ("p50", "p90", "p99")),
+    *(f"mean_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")),
+    "preemptions",
+    "kv_cache_usage_peak",
+    "gpu_memory_peak_bytes",
+)
+
+# (label, the value's path from a measurement row)
+VERSIONS: tuple[tuple[str, Any], ...] = (
+    ("vLLM", "run__environment__vllm_version"),
+    ("PyTorch", "run__environment__torch_version"),
+    ("Transformers", "run__environment__transformers_version"),
+    ("Driver", "run__environment__driver"),
+    ("CUDA", "run__environment__cuda"),
+    ("Image", KeyTextTransform("image", KeyTransform("container", "run__environment__snapshot"))),
+    (
+        "Image digest",
+        KeyTextTransform("image_digest", KeyTransform("container", "run__environment__snapshot")),
+    ),
+    ("Runner", "run__runner_version"),
+)
+
+
+class HistoryError(ValueError):
+    """A bad query parameter; ``field`` names it."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass
+class HistoryPoint:
+    public_id: str
+    name: str
+    created_at: datetime
+    value: float
+    std: float
+    repeats: int
+    versions: dict[str, str]
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"/runs/{self.public_id}/"
+
+
+@dataclass
+class PointChoice:
+    backend: str
+    point_key: str
+    sweep: str
+    value: float | None
+
+
+@dataclass
+class History:
+    fingerprint: str
+    metric: pts.Metric
+    point_key: str
+    backend: str
+    latest: Run
+    choices: list[PointChoice]
+    points: list[HistoryPoint]
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "metric": {
+                "key": self.metric.key,
+                "label": self.metric.label,
+                "unit": self.metric.unit,
+            },
+            "point": self.point_key,
+            "backend": self.backend,
+            "model": self.latest.model_id,
+            "gpu": self.latest.gpu_name,
+            "truncated": self.truncated,
+            "points": [
+                {
+                    "run": p.public_id,
+                    "name": p.name,
+                    "url": p.url,
+                    "created_at": p.created_at.isoformat(),
+                    "value": p.value,
+                    "std": p.std,
+                    "repeats": p.repeats,
+                    "versions": p.versions,
+                    "changes": p.changes,
+                }
+                for p in self.points
+            ],
+            "points_available": [
+                {"backend": c.backend, "point": c.point_key} for c in self.choices
+            ],
+        }
+
+
+def _default_point(choices: list[PointChoice]) -> PointChoice | None:
+    """The highest concurrency of the first concurrency sweep, else the first point."""
+    conc = [c for c in choices if ":max_concurrency=" in c.point_key]
+    if conc:
+        sweep = conc[0].sweep
+        return max((c for c in conc if c.sweep == sweep), key=lambda c: c.value or 0)
+    return choices[0] if choices else None
+
+
+def label_changes(points: list[HistoryPoint]) -> None:
+    """Fill ``changes`` with "vLLM 0.31.0 → 0.32.0" for every version that differs from
+    the previous point's (points in time order)."""
+    prev: dict[str, str] | None = None
+    for point in points:
+        if prev is not None:
+            point.changes = [
+                f"{label} {prev.get(label) or '—'} → {value or '—'}"
+                for label, value in point.versions.items()
+                if (prev.get(label) or "") != (value or "")
+            ]
+        prev = point.versions
+
+
+def history(
+    user: AbstractBaseUser | AnonymousUser,
+    fingerprint: str,
+    metric: str = "output_throughput",
+    point: str | None = None,
+    backend: str | None = None,
+    limit: int = MAX_POINTS,
+) -> History:
+    """The series; Run.DoesNotExist when ``user`` sees no run with this fingerprint."""
+    if not _FINGERPRINT.match(fingerprint or ""):
+        raise Run.DoesNotExist("not a fingerprint")
+    if metric not in HISTORY_METRICS:
+        raise HistoryError(
+            "metric", f"unknown metric {metric[:60]!r}; use one of: {', '.join(HISTORY_METRICS)}"
+        )
+    runs = queries.visible_runs(user).filter(fingerprint=fingerprint)
+    latest = runs.select_related(None).defer(*queries.LIST_DEFERRED).order_by("-created_at").first()
+    if latest is None:
+        raise Run.DoesNotExist("no visible run with this fingerprint")
+    ok = Measurement.objects.filter(run__in=runs, status="succeeded", backend_kind="vllm")
+    choices = [
+        PointChoice(b, k, s, v)
+        for b, k, s, v in ok.order_by("backend", "sweep", "value")
+        .values_list("backend", "point_key", "sweep", "value")
+        .distinct()
+    ]
+    if point is None:
+        chosen = _default_point(choices)
+        point = chosen.point_key if chosen else ""
+        backend = backend or (chosen.backend if chosen else "")
+    elif not any(c.point_key == point for c in choices):
+        raise HistoryError("point", f"no point {point[:80]!r} in this series")
+    if not backend:
+        backend = next((c.backend for c in choices if c.point_key == point), "")
+
+    versions = {
+        f"v{i}": F(path) if isinstance(path, str) else path for i, (_, path) in enumerate(VERSIONS)
+    }
+    rows = (
+        ok.filter(point_key=point, backend=backend, **{f"{metric}__isnull": False})
+        .values("run_id", "run__public_id", "run__name", "run__created_at", **versions)
+        .annotate(mean=Avg(metric), std=StdDev(metric, sample=True), n=Count("id"))
+        .order_by("-run__created_at", "-run_id")[: limit + 1]
+    )
+    rows = list(rows)
+    truncated = len(rows) > limit
+    series = [
+        HistoryPoint(
+            public_id=r["run__public_id"],
+            name=r["run__name"],
+            created_at=r["run__created_at"],
+            value=float(r["mean"]),
+            std=float(r["std"] or 0.0),
+            repeats=int(r["n"]),
+            versions={label: str(r[f"v{i}"] or "") for i, (label, _) in enumerate(VERSIONS)},
+        )
+        for r in reversed(rows[:limit])
+    ]
+    label_changes(series)
+    return History(
+        fingerprint=fingerprint,
+        metric=pts.METRIC_BY_KEY[metric],
+        point_key=point,
+        backend=backend,
+        latest=latest,
+        choices=choices,
+        points=series,
+        truncated=truncated,
+    )
