@@ -5,56 +5,35 @@ from __future__ import annotations
 from typing import Any
 
 from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks.points import RunResults
 
 
-def chart_row(m: Measurement) -> dict[str, Any]:
-    """The plain mapping ``portal.web.figures`` takes."""
-    return {
-        "backend": m.backend,
-        "backend_kind": m.backend_kind,
-        "sweep": m.sweep,
-        "axis": m.axis or None,
-        "value": m.value,
-        "repeat": m.repeat,
-        "status": m.status,
-        "metrics": m.metrics or {},
-    }
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Headline numbers: best vLLM output tok/s, the HF baseline, and their ratio."""
-    ok = [r for r in rows if r["status"] == "succeeded" and r["metrics"]]
-    vllm = [r for r in ok if r["backend_kind"] == "vllm" and "output_throughput" in r["metrics"]]
-    hf = [r for r in ok if r["backend_kind"] == "hf-sequential"]
+def summary(results: RunResults) -> dict[str, Any]:
+    """Headline numbers: best vLLM output tok/s (where, and its p99 TTFT), the HF
+    baseline, and their ratio."""
+    points = results.points
     out: dict[str, Any] = {
-        "measurements": len(rows),
-        "failed": sum(1 for r in rows if r["status"] == "failed"),
+        "points": len(points),
+        "failed": sum(p.failed for p in points),
     }
+    vllm = [
+        p for p in points if p.backend_kind == "vllm" and p.get("output_throughput") is not None
+    ]
     if vllm:
-        best = max(vllm, key=lambda r: r["metrics"]["output_throughput"])
+        best = max(vllm, key=lambda p: p.get("output_throughput") or 0.0)
         out["best"] = {
-            "output_throughput": best["metrics"]["output_throughput"],
-            "where": f"{best['sweep']} {best['axis']}={_num(best['value'])}"
-            if best["axis"]
-            else best["sweep"],
-            "backend": best["backend"],
-            "p99_ttft_ms": best["metrics"].get("p99_ttft_ms"),
+            "output_throughput": best.get("output_throughput"),
+            "where": best.short,
+            "backend": best.backend,
+            "p99_ttft_ms": best.get("p99_ttft_ms"),
+            "point": best,
         }
-    if hf:
-        values = [
-            r["metrics"]["output_throughput"] for r in hf if "output_throughput" in r["metrics"]
-        ]
-        if values:
-            out["hf_output_throughput"] = sum(values) / len(values)
+    base = next(iter(results.baselines.values()), None)
+    if base is not None and base.get("output_throughput"):
+        out["hf_output_throughput"] = base.get("output_throughput")
     if "best" in out and out.get("hf_output_throughput"):
         out["speedup"] = out["best"]["output_throughput"] / out["hf_output_throughput"]
     return out
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return ""
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def environment_of(run: Run) -> Environment | None:
@@ -125,8 +104,19 @@ def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
-def reproduce_commands(run: Run) -> dict[str, Any]:
-    """The runner command for the whole spec, and per point the exact vLLM commands."""
+_ABSENT = {"", "none", "unknown"}
+
+
+def _known(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return "" if text.strip().lower() in _ABSENT else text
+
+
+def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything needed to run it again: the runner command for the whole spec (and in
+    the image it ran in), per point the exact vLLM commands, the HF baseline command, the
+    image and digest, and the package list. One query (the commands of repeat 0)."""
+    snapshot = snapshot or {}
     per_point: dict[str, dict[str, str]] = {}
     hf: dict[str, str] = {}
     rows = (
@@ -141,8 +131,30 @@ def reproduce_commands(run: Run) -> dict[str, Any]:
             hf[backend] = commands.get("hf", "")
         else:
             per_point[f"{backend} {point_key}"] = commands
+    spec_file = f"servebench-{run.short_id}-spec.yaml"
+    runner = f"python -m runners run {spec_file} --out result.json"
+    image = _known(_get(snapshot, "container.image"))
+    digest = _known(_get(snapshot, "container.image_digest"))
+    container = ""
+    if image:
+        ref = f"{image.split('@')[0]}@{digest}" if digest.startswith("sha256:") else image
+        container = (
+            'docker run --rm --gpus all -v "$PWD:/work" -w /work '
+            f"{ref} python -m runners run {spec_file} --out result.json"
+        )
+    packages = _get(snapshot, "packages")
+    package_list = (
+        "\n".join(f"{name}=={version}" for name, version in sorted(packages.items()))
+        if isinstance(packages, dict)
+        else ""
+    )
     return {
-        "runner": f"python -m runners run servebench-{run.short_id}-spec.yaml --out result.json",
+        "runner": runner,
+        "container": container,
+        "image": image,
+        "digest": digest,
         "points": per_point,
         "hf": hf,
+        "packages": package_list,
+        "package_count": len(packages) if isinstance(packages, dict) else 0,
     }

@@ -1,12 +1,12 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.web import views
+from portal.web.views import compare, history, runs, tokens
 
 app_name = "web"
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", runs.home, name="home"),
     path(
         "login/",
         auth_views.LoginView.as_view(
@@ -15,12 +15,19 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="web:home"), name="logout"),
-    path("runs/", views.run_list, name="run-list"),
-    path("runs/new/", views.run_new, name="run-new"),
-    path("runs/<str:public_id>/", views.run_detail, name="run-detail"),
-    path("runs/<str:public_id>/status.json", views.run_status, name="run-status"),
-    path("runs/<str:public_id>/spec.yaml", views.run_spec, name="run-spec"),
-    path("runs/<str:public_id>/result.json", views.run_result, name="run-result"),
-    path("runs/<str:public_id>/cancel/", views.run_cancel, name="run-cancel"),
-    path("tokens/", views.tokens, name="tokens"),
+    path("runs/", runs.run_list, name="run-list"),
+    path("runs/new/", runs.run_new, name="run-new"),
+    path("runs/<str:public_id>/", runs.run_detail, name="run-detail"),
+    path("runs/<str:public_id>/status.json", runs.run_status, name="run-status"),
+    path("runs/<str:public_id>/log.txt", runs.run_log, name="run-log"),
+    path("runs/<str:public_id>/spec.yaml", runs.run_spec, name="run-spec"),
+    path("runs/<str:public_id>/result.json", runs.run_result, name="run-result"),
+    path("runs/<str:public_id>/points.csv", runs.run_points_csv, name="run-points-csv"),
+    path("runs/<str:public_id>/points.json", runs.run_points_json, name="run-points-json"),
+    path("runs/<str:public_id>/cancel/", runs.run_cancel, name="run-cancel"),
+    path("runs/<str:public_id>/rerun/", runs.run_rerun, name="run-rerun"),
+    path("runs/<str:public_id>/visibility/", runs.run_visibility, name="run-visibility"),
+    path("compare/", compare.compare_page, name="compare"),
+    path("history/<str:fingerprint>/", history.history_page, name="history"),
+    path("tokens/", tokens.tokens, name="tokens"),
 ]

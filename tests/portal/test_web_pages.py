@@ -99,12 +99,13 @@ def test_the_run_page_shows_numbers_charts_and_downloads_to_its_owner(finished_r
     assert 'id="figures-data"' in html
     figures = page.context["figures"]
     assert [f["id"] for f in figures] == [
-        "concurrency-output", "concurrency-ttft", "concurrency-tpot",
+        "concurrency-output", "concurrency-rates", "concurrency-pareto", "concurrency-ttft",
+        "concurrency-tpot", "concurrency-itl", "concurrency-e2el", "concurrency-server",
     ]  # fmt: skip
     # The throughput chart: the vLLM series at 4 and 8 plus the HF reference line.
     traces = figures[0]["figure"]["data"]
     assert traces[0]["x"] == [4.0, 8.0]
-    assert traces[1]["name"] == "hf-sequential (baseline)"
+    assert traces[1]["name"] == "hf-sequential (baseline, 128 in / 32 out)"
     summary = page.context["summary"]
     assert summary["hf_output_throughput"] == 40.0
     assert summary["speedup"] == pytest.approx(summary["best"]["output_throughput"] / 40.0)

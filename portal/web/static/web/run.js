@@ -1,21 +1,16 @@
 // Run page: draw the charts, and while the run is active poll its status and swap in the
-// fresh results when a measurement arrives or the run ends (no page reload).
+// fresh results when a measurement arrives or the run ends (no page reload); keep the
+// runner's log tail fresh; answer "max throughput within a TTFT budget".
 (function () {
   "use strict";
   const POLL_MS = 2000;
+  const LOG_POLL_MS = 5000;
+  const sb = window.servebench;
 
-  function drawCharts(root) {
-    const data = root.querySelector("#figures-data");
-    if (!data || !window.Plotly) return;
-    const figures = JSON.parse(data.textContent);
-    root.querySelectorAll("[data-figure]").forEach(function (el) {
-      const fig = figures[Number(el.dataset.figure)].figure;
-      window.Plotly.newPlot(el, fig.data, fig.layout, {
-        responsive: true,
-        displaylogo: false,
-        toImageButtonOptions: { format: "png", filename: el.id, scale: 2 },
-      });
-    });
+  function setup(live) {
+    sb.drawCharts(live);
+    sb.wire(live);
+    wireBudget(live);
   }
 
   async function refresh() {
@@ -26,7 +21,7 @@
     const live = document.getElementById("live");
     if (fresh && live) {
       live.replaceWith(fresh);
-      drawCharts(fresh);
+      setup(fresh);
       watch(fresh);
     }
   }
@@ -35,6 +30,7 @@
     if (live.dataset.final === "1") return;
     const url = live.dataset.statusUrl;
     let done = Number(live.dataset.done);
+    const logTimer = live.dataset.logUrl ? setInterval(function () { pollLog(live); }, LOG_POLL_MS) : null;
     const timer = setInterval(async function () {
       let state;
       try {
@@ -54,14 +50,60 @@
       if (state.final || state.done !== done) {
         done = state.done;
         clearInterval(timer);
+        if (logTimer) clearInterval(logTimer);
         refresh();
       }
     }, POLL_MS);
   }
 
+  async function pollLog(live) {
+    const pre = live.querySelector("#run-log");
+    if (!pre) return;
+    try {
+      const r = await fetch(live.dataset.logUrl, { headers: { Accept: "text/plain" } });
+      if (!r.ok) return;
+      const text = await r.text();
+      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = text || "(nothing logged yet)";
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
+    } catch (e) {
+      // try again on the next tick
+    }
+  }
+
+  // For each Pareto chart (points carry their load level in customdata), the most output
+  // tok/s whose p99 TTFT is within the budget typed in #budget-ms.
+  function wireBudget(live) {
+    const input = live.querySelector("#budget-ms");
+    const out = live.querySelector("#budget-result");
+    if (!input || !out) return;
+    const update = function () {
+      const budget = Number(input.value);
+      if (!input.value || !(budget > 0)) { out.textContent = "type a budget"; return; }
+      const parts = [];
+      live.querySelectorAll("[data-figure-id$='-pareto']").forEach(function (el) {
+        const sweep = el.dataset.figureId.replace(/-pareto$/, "");
+        (el.data || []).forEach(function (trace) {
+          if (!trace.customdata) return;
+          let best = null;
+          trace.x.forEach(function (lat, i) {
+            if (lat !== null && lat <= budget && (best === null || trace.y[i] > trace.y[best])) best = i;
+          });
+          const who = trace.name + " " + sweep;
+          if (best === null) parts.push(who + ": no point within budget");
+          else parts.push(who + ": " + trace.y[best].toFixed(1) + " tok/s at " + trace.text[best] + " (" + Math.round(trace.x[best]) + " ms)");
+        });
+      });
+      out.textContent = parts.join("; ") || "no throughput-latency chart";
+    };
+    input.addEventListener("input", update);
+    if (input.value) update();
+  }
+
   const live = document.getElementById("live");
   if (live) {
-    drawCharts(live);
+    setup(live);
     watch(live);
   }
+  sb.wire(document.getElementById("reproduce") || document.createElement("div"));
 })();

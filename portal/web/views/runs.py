@@ -1,14 +1,14 @@
-"""HTML pages: runs list, submission form, run permalink, API tokens, sign-in.
+"""Run pages: the list (with compare checkboxes), the form, the permalink and its
+downloads, cancel, re-run, sharing and the runner's log.
 
-Views read through ``portal.benchmarks.queries`` and write through
-``portal.benchmarks.services``; no business rule lives here. Every page runs a fixed
-number of queries whatever the number of runs or measurements.
+Views read through ``portal.benchmarks`` (queries, points, compare...) and write through
+its services; no business rule lives here. Every page runs a fixed number of queries
+whatever the number of runs or measurements.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -20,18 +20,17 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.accounts.models import ApiToken
-from portal.accounts.tokens import create_user_token, revoke_token
-from portal.benchmarks import queries, services
+from portal.benchmarks import points as pts
+from portal.benchmarks import queries, reproduce, services, sharing
 from portal.benchmarks.models import Measurement, Run
-from portal.web import figures, presenters
-from portal.web.forms import RunForm, TokenForm, preset_yaml
+from portal.web import run_page, tables
+from portal.web.forms import RunForm, preset_yaml
 from runners import spec as rs
 
 PAGE_SIZE = 25
 
 
-def _run_or_404(request: HttpRequest, public_id: str) -> Run:
+def run_or_404(request: HttpRequest, public_id: str) -> Run:
     try:
         return queries.get_visible_run(request.user, public_id)
     except Run.DoesNotExist:
@@ -99,36 +98,29 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(request, "web/run_new.html", {"form": form, "presets": presets})
 
 
-def _measurement_rows(run: Run) -> list[Measurement]:
-    return list(queries.run_measurements(run))
-
-
 @require_GET
 def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
-    run = _run_or_404(request, public_id)
-    rows = _measurement_rows(run)
-    environment = presenters.environment_of(run)
-    chart_rows = [presenters.chart_row(m) for m in rows]
-    context = {
-        "run": run,
-        "measurements": rows,
-        "figures": figures.run_figures(chart_rows),
-        "summary": presenters.summary(chart_rows),
-        "environment": environment,
-        "env_facts": presenters.environment_facts(environment.snapshot if environment else {}),
-        "reproduce": presenters.reproduce_commands(run),
-        "can_cancel": queries.can_cancel(request.user, run) and not run.is_final,
-        "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec)),
-        "status_url": reverse("web:run-status", args=[run.public_id]),
-        "absolute_url": request.build_absolute_uri(run.get_absolute_url()),
-    }
+    run = run_or_404(request, public_id)
+    context = run_page.build(request.user, run)
+    point = context["history_point"]
+    if run.fingerprint and point is not None:
+        query = urlencode(
+            {"metric": "output_throughput", "point": point.point_key, "backend": point.backend}
+        )
+        context["history_url"] = reverse("web:history", args=[run.fingerprint]) + "?" + query
+    context.update(
+        run=run,
+        status_url=reverse("web:run-status", args=[run.public_id]),
+        log_url=reverse("web:run-log", args=[run.public_id]),
+        absolute_url=request.build_absolute_uri(run.get_absolute_url()),
+    )
     return render(request, "web/run_detail.html", context)
 
 
 @require_GET
 def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
     """What the run page polls while the run is active (one cheap query)."""
-    run = _run_or_404(request, public_id)
+    run = run_or_404(request, public_id)
     return JsonResponse(
         {
             "status": run.status,
@@ -143,8 +135,21 @@ def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
 
 
 @require_GET
+def run_log(request: HttpRequest, public_id: str) -> HttpResponse:
+    """The runner's log tail as text (owner and staff; 404 for everyone else)."""
+    run = run_or_404(request, public_id)
+    if not queries.can_cancel(request.user, run):
+        raise Http404("Only the run's owner can read its runner's log.")
+    tail = run_page.log_tail(request.user, run)
+    body = "" if tail is None else (tail.error or tail.text)
+    response = HttpResponse(body, content_type="text/plain; charset=utf-8")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
 def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
-    run = _run_or_404(request, public_id)
+    run = run_or_404(request, public_id)
     body = rs.dump_spec(rs.parse_spec(run.spec))
     response = HttpResponse(body, content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-spec.yaml"'
@@ -153,7 +158,7 @@ def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @require_GET
 def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
-    run = _run_or_404(request, public_id)
+    run = run_or_404(request, public_id)
     body = json.dumps(services.result_document(run), indent=2)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = (
@@ -162,10 +167,32 @@ def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     return response
 
 
+@require_GET
+def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
+    """The summary table: one row per backend and point, each metric's mean and std."""
+    run = run_or_404(request, public_id)
+    response = HttpResponse(
+        tables.as_csv(pts.run_results(run)), content_type="text/csv; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-points.csv"'
+    return response
+
+
+@require_GET
+def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
+    run = run_or_404(request, public_id)
+    body = {"run": run.public_id, "points": tables.records(pts.run_results(run))}
+    response = JsonResponse(body, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = (
+        f'attachment; filename="servebench-{run.short_id}-points.json"'
+    )
+    return response
+
+
 @login_required
 @require_POST
 def run_cancel(request: HttpRequest, public_id: str) -> HttpResponse:
-    run = _run_or_404(request, public_id)
+    run = run_or_404(request, public_id)
     if not queries.can_cancel(request.user, run):
         raise Http404("Only the run's owner can cancel it.")
     if services.cancel_run(run, by=request.user):
@@ -176,28 +203,30 @@ def run_cancel(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @login_required
-@require_http_methods(["GET", "POST"])
-def tokens(request: HttpRequest) -> HttpResponse:
-    new_plaintext = None
-    form = TokenForm()
-    if request.method == "POST":
-        if "revoke" in request.POST:
-            token = ApiToken.objects.filter(
-                pk=request.POST.get("revoke"), user=request.user, kind=ApiToken.Kind.CI
-            ).first()
-            if token is not None and revoke_token(token):
-                messages.success(request, f"Token {token} is revoked.")
-            return redirect("web:tokens")
-        form = TokenForm(request.POST)
-        if form.is_valid():
-            issued = create_user_token(request.user, form.cleaned_data["name"])
-            new_plaintext = issued.plaintext
-            form = TokenForm()
-    user_tokens = ApiToken.objects.filter(user=request.user, kind=ApiToken.Kind.CI)
-    context: dict[str, Any] = {
-        "form": form,
-        "tokens": user_tokens,
-        "new_plaintext": new_plaintext,
-        "api_base": request.build_absolute_uri("/api/v1/"),
-    }
-    return render(request, "web/tokens.html", context)
+@require_POST
+def run_rerun(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Submit the same spec again; the new run's page says whether it reproduced."""
+    run = run_or_404(request, public_id)
+    try:
+        new = reproduce.rerun(run, request.user)
+    except PermissionError:
+        raise Http404("Only the run's owner can re-run it.") from None
+    messages.success(request, f"Re-run {new.short_id} of {run.short_id} is queued.")
+    return redirect(new.get_absolute_url())
+
+
+@login_required
+@require_POST
+def run_visibility(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Make the run public (readable by anyone with the link) or private."""
+    run = run_or_404(request, public_id)
+    public = request.POST.get("is_public") in ("1", "true", "on")
+    try:
+        sharing.set_public(run, request.user, public)
+    except PermissionError:
+        raise Http404("Only the run's owner can change who sees it.") from None
+    if public:
+        messages.success(request, "The run is public: anyone with the link can read it.")
+    else:
+        messages.success(request, "The run is private: only you (and staff) can read it.")
+    return redirect(run.get_absolute_url())

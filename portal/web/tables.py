@@ -1,0 +1,156 @@
+"""The run page's summary table (one row per backend and point, every metric) and its
+CSV / JSON downloads, built from ``portal.benchmarks.points.RunResults``.
+
+Cells carry the raw number (``data-sort`` for the sortable table) and the text shown
+(in the catalogue's unit: % for fractions, GiB for bytes), with "± std" when the point
+had several repeats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from portal.benchmarks.points import METRICS, Metric, PointStats, RunResults, display_value
+
+
+@dataclass
+class Cell:
+    sort: float | None
+    text: str
+    spread: str = ""
+
+
+@dataclass
+class SummaryRow:
+    point: PointStats
+    cells: list[Cell]
+    speedup: float | None
+
+    @property
+    def preempted(self) -> bool:
+        return (self.point.get("preemptions") or 0) > 0
+
+
+def columns(results: RunResults) -> list[Metric]:
+    """The catalogue's metrics that at least one point has, in catalogue order."""
+    present = {key for p in results.points for key in p.mean}
+    return [m for m in METRICS if m.key in present]
+
+
+def format_value(metric: Metric, value: float | None) -> str:
+    shown = display_value(metric.key, value)
+    if shown is None:
+        return "—"
+    return f"{shown:,.{metric.digits}f}"
+
+
+def summary_rows(results: RunResults, metrics: list[Metric]) -> list[SummaryRow]:
+    rows = []
+    for p in results.points:
+        cells = []
+        for metric in metrics:
+            value = p.get(metric.key)
+            spread = ""
+            if p.repeats > 1 and value is not None and p.std.get(metric.key):
+                spread = "± " + format_value(metric, p.std[metric.key]).lstrip("-")
+            cells.append(
+                Cell(display_value(metric.key, value), format_value(metric, value), spread)
+            )
+        rows.append(SummaryRow(p, cells, results.speedup(p)))
+    return rows
+
+
+RECORD_FIELDS = (
+    "backend",
+    "backend_kind",
+    "point",
+    "sweep",
+    "axis",
+    "value",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "num_prompts",
+    "repeats",
+    "failed",
+    "speedup_vs_hf",
+)
+
+
+def records(results: RunResults) -> list[dict[str, Any]]:
+    """One dict per point: identity, then each metric's mean and standard deviation
+    (``<key>`` and ``<key>_std``) in stored units (fractions, bytes, ms)."""
+    metrics = columns(results)
+    out = []
+    for p in results.points:
+        record: dict[str, Any] = {
+            "backend": p.backend,
+            "backend_kind": p.backend_kind,
+            "point": p.point_key,
+            "sweep": p.sweep,
+            "axis": p.axis,
+            "value": p.value,
+            "input_len": p.input_len,
+            "output_len": p.output_len,
+            "concurrency": p.concurrency,
+            "num_prompts": p.num_prompts,
+            "repeats": p.repeats,
+            "failed": p.failed,
+            "speedup_vs_hf": results.speedup(p),
+        }
+        for metric in metrics:
+            record[metric.key] = p.get(metric.key)
+            record[f"{metric.key}_std"] = p.std.get(metric.key)
+        out.append(record)
+    return out
+
+
+def as_csv(results: RunResults) -> str:
+    metrics = columns(results)
+    header = [*RECORD_FIELDS]
+    for metric in metrics:
+        header += [metric.key, f"{metric.key}_std"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    for record in records(results):
+        writer.writerow({k: ("" if v is None else _csv_safe(v)) for k, v in record.items()})
+    return buffer.getvalue()
+
+
+def _csv_safe(value: Any) -> Any:
+    """Text that a spreadsheet would run as a formula gets a leading quote."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return value
+
+
+@dataclass
+class CompareCell:
+    text: str
+    delta: float | None
+    verdict: str
+
+
+@dataclass
+class CompareLine:
+    row: Any  # portal.benchmarks.compare.MetricRow
+    cells: list[CompareCell]
+
+
+def compare_lines(rows: list[Any]) -> list[CompareLine]:
+    """The compare table's cells: value in the metric's unit, relative difference to the
+    baseline, and whether that is better or worse."""
+    return [
+        CompareLine(
+            row,
+            [
+                CompareCell(format_value(row.metric, value), delta, verdict)
+                for value, delta, verdict in zip(row.values, row.deltas, row.verdicts, strict=True)
+            ],
+        )
+        for row in rows
+    ]

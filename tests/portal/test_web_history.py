@@ -1,0 +1,116 @@
+"""The history page and API: one comparable series over time, versions labelled, a fixed
+number of queries whatever its length."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import webdata
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from portal.benchmarks import history as hist
+from portal.benchmarks.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def series(make_user: Any) -> list[Run]:
+    owner = make_user("alice")
+    versions = ["0.30.0", "0.30.0", "0.31.0", "0.32.0"]
+    return [
+        webdata.make_sweep_run(
+            owner, [1, 4, 16], name=f"nightly {i}", env=webdata.snapshot(vllm=v), seed=i
+        )
+        for i, v in enumerate(versions)
+    ]
+
+
+def test_the_history_lists_each_run_with_the_versions_that_changed(series: list[Run]) -> None:
+    fingerprint = series[0].fingerprint
+    assert all(r.fingerprint == fingerprint for r in series)
+    page = signed_in(series[0].owner).get(f"/history/{fingerprint}/")
+    assert page.status_code == 200
+    history = page.context["history"]
+    assert history.point_key == "concurrency:max_concurrency=16"  # the top concurrency
+    assert [p.public_id for p in history.points] == [r.public_id for r in series]
+    assert [p.changes for p in history.points] == [
+        [],
+        [],
+        ["vLLM 0.30.0 → 0.31.0"],
+        ["vLLM 0.31.0 → 0.32.0"],
+    ]
+    figure = page.context["figures"][0]["figure"]
+    assert figure["data"][0]["customdata"] == [r.get_absolute_url() for r in series]
+    assert len(figure["layout"]["annotations"]) == 2
+    html = page.content.decode()
+    for run in series:
+        assert f'href="{run.get_absolute_url()}"' in html
+
+
+def test_the_history_follows_the_metric_and_point_in_the_url(series: list[Run]) -> None:
+    url = (
+        f"/history/{series[0].fingerprint}/?metric=p99_ttft_ms&point=concurrency:max_concurrency=1"
+    )
+    history = signed_in(series[0].owner).get(url).context["history"]
+    assert history.metric.key == "p99_ttft_ms"
+    assert history.point_key == "concurrency:max_concurrency=1"
+    bad = signed_in(series[0].owner).get(f"/history/{series[0].fingerprint}/?metric=bogus")
+    assert bad.status_code == 400 and "unknown metric" in bad.content.decode()
+
+
+def test_the_history_runs_the_same_queries_for_4_or_40_runs(
+    series: list[Run], make_user: Any
+) -> None:
+    client = signed_in(series[0].owner)
+    url = f"/history/{series[0].fingerprint}/"
+    with CaptureQueriesContext(connection) as few:
+        assert client.get(url).status_code == 200
+    for i in range(36):
+        webdata.make_sweep_run(series[0].owner, [1, 4, 16], name=f"more {i}", seed=10 + i)
+    with CaptureQueriesContext(connection) as many:
+        page = client.get(url)
+    assert len(page.context["history"].points) == 40
+    assert len(few.captured_queries) == len(many.captured_queries) <= 6
+
+
+def test_other_peoples_private_runs_stay_out_of_the_history(
+    series: list[Run], make_user: Any
+) -> None:
+    fingerprint = series[0].fingerprint
+    assert signed_in(make_user("mallory")).get(f"/history/{fingerprint}/").status_code == 404
+    assert Client().get(f"/history/{fingerprint}/").status_code == 404
+    Run.objects.filter(pk=series[1].pk).update(is_public=True)
+    history = Client().get(f"/history/{fingerprint}/").context["history"]
+    assert [p.public_id for p in history.points] == [series[1].public_id]
+
+
+def test_the_history_api_answers_the_same_series(series: list[Run], personas: Any) -> None:
+    Run.objects.filter(pk__in=[r.pk for r in series]).update(owner=personas["owner"].user)
+    fingerprint = series[0].fingerprint
+    url = f"/api/v1/history/?fingerprint={fingerprint}&metric=output_throughput"
+    body = personas["owner"].client.get(url).json()
+    assert [p["run"] for p in body["points"]] == [r.public_id for r in series]
+    assert body["points"][2]["changes"] == ["vLLM 0.30.0 → 0.31.0"]
+    assert body["metric"]["key"] == "output_throughput"
+    for who in ("other", "anon"):
+        response = personas[who].client.get(url)
+        assert response.status_code == 404, who
+    bad = personas["owner"].client.get(f"/api/v1/history/?fingerprint={fingerprint}&metric=x")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "metric"
+
+
+def test_a_long_history_is_cut_to_the_newest(series: list[Run]) -> None:
+    history = hist.history(series[0].owner, series[0].fingerprint, limit=3)
+    assert history.truncated and [p.public_id for p in history.points] == [
+        r.public_id for r in series[1:]
+    ]

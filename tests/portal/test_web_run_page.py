@@ -1,0 +1,319 @@
+"""The run page's results: charts per sweep, capacity, goodput, warnings, the summary table
+and its downloads, the log tail, sharing and re-runs; a fixed number of queries."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import webdata
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from portal.benchmarks import services
+from portal.benchmarks.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(user: Any, **kwargs: Any) -> Client:
+    client = Client(**kwargs)
+    client.force_login(user)
+    return client
+
+
+def page_queries(client: Client, url: str) -> tuple[Any, int]:
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(url)
+    assert response.status_code == 200, response.content[:500]
+    return response, len(ctx.captured_queries)
+
+
+def test_the_run_page_runs_the_same_number_of_queries_for_2_or_20_points(
+    make_user: Any,
+) -> None:
+    owner = make_user("alice")
+    small = webdata.make_sweep_run(owner, [1, 4], slo={"ttft_ms": 400})
+    large = webdata.make_sweep_run(
+        owner,
+        [1, 2, 4, 8, 12, 16, 24, 32, 48, 64],
+        repeats=2,
+        slo={"ttft_ms": 400},
+        prompt_lengths=[128, 512, 1024, 2048, 3000],
+        output_lengths=[32, 128, 256, 512],
+    )
+    client = signed_in(owner)
+    _, n_small = page_queries(client, small.get_absolute_url())
+    response, n_large = page_queries(client, large.get_absolute_url())
+    assert n_small == n_large
+    assert n_large <= 10
+    assert len(response.context["results"].points) == 1 + 10 + 5 + 4
+
+
+def test_each_sweep_gets_its_charts_with_every_point(make_user: Any) -> None:
+    run = webdata.make_sweep_run(
+        make_user(),
+        [1, 2, 4, 8, 16, 32, 64],
+        repeats=2,
+        prompt_lengths=[128, 1024, 2048],
+        output_lengths=[32, 128, 512],
+        preempt_from=32,
+    )
+    page = signed_in(run.owner).get(run.get_absolute_url())
+    figures = {f["id"]: f["figure"] for f in page.context["figures"]}
+    kinds = ["output", "rates", "pareto", "ttft", "tpot", "itl", "e2el", "server"]
+    assert [k for k in kinds if f"concurrency-{k}" in figures] == kinds
+    # Prompt- and output-length sweeps on their own axes (no Pareto: not a load sweep).
+    assert "prompt-length-output" in figures and "prompt-length-pareto" not in figures
+    assert figures["prompt-length-output"]["layout"]["xaxis"]["title"]["text"].startswith(
+        "Prompt length"
+    )
+    assert figures["output-length-ttft"]["layout"]["xaxis"]["title"]["text"].startswith(
+        "Output length"
+    )
+    output = figures["concurrency-output"]
+    names = [t["name"] for t in output["data"]]
+    assert names[0] == "vllm" and names[1].startswith("hf-sequential (baseline")
+    assert names[2].startswith("preemptions")
+    assert output["data"][0]["x"] == [1, 2, 4, 8, 16, 32, 64]
+    assert output["data"][2]["x"] == [32, 64]  # the preempting points, circled
+    assert all(e > 0 for e in output["data"][0]["error_y"]["array"])  # 2 repeats: spread
+    assert len(output["layout"]["annotations"]) >= 7  # a speedup label per point + markers
+    ttft = [t["name"] for t in figures["concurrency-ttft"]["data"]]
+    assert ttft == ["vllm p50", "vllm p90", "vllm p99"]
+    pareto = figures["concurrency-pareto"]["data"]
+    assert [t["name"] for t in pareto] == ["vllm", "vllm Pareto front"]
+    assert len(pareto[0]["x"]) == 7 and 1 <= len(pareto[1]["x"]) <= 7
+    rates = figures["concurrency-rates"]["data"]
+    assert [t.get("yaxis", "y") for t in rates] == ["y", "y2"]
+
+
+def test_preemptions_show_a_warning_and_mark_the_capacity_chart(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16, 32, 64], preempt_from=32)
+    page = signed_in(run.owner).get(run.get_absolute_url())
+    html = page.content.decode()
+    assert 'id="preemption-warning"' in html
+    assert "the cache was driven past its efficient point" in html
+    plan = page.context["capacity"]
+    assert plan.preemptions_from == 32
+    assert plan.flattened_at is not None
+    texts = [a["text"] for a in page.context["figures"][0]["figure"]["layout"]["annotations"]]
+    assert "preemptions from 32" in texts
+    assert any(t.startswith("flattened at") for t in texts)
+
+
+def test_capacity_panel_does_the_kv_arithmetic_from_the_captured_config(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16])
+    page = signed_in(run.owner).get(run.get_absolute_url())
+    plan = page.context["capacity"]
+    assert plan.kv_bytes_per_token == 131_072  # Llama-8B shape, bf16
+    assert plan.request_tokens == 128 + 32
+    assert plan.kv_bytes_per_request == 131_072 * 160
+    assert plan.cache.estimated and "gpu_memory_utilization 0.9" in plan.cache.source
+    assert plan.cache_limited_concurrency == plan.cache.bytes // (131_072 * 160)
+    assert plan.gpu.key == "H100-SXM"
+    assert plan.roofline and 0 < plan.best_roofline.fraction < 1
+    html = page.content.decode()
+    assert "131,072 bytes" in html
+    assert 'id="roofline"' in html and "of NVIDIA H100 SXM" in html
+
+
+def test_on_cpu_the_roofline_says_not_applicable(make_user: Any) -> None:
+    config = {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "vocab_size": 512,
+        "tie_word_embeddings": True,
+    }
+    env = webdata.snapshot(gpu="CPU", config=config)
+    run = webdata.make_sweep_run(make_user(), [1, 4], env=env)
+    plan = signed_in(run.owner).get(run.get_absolute_url()).context["capacity"]
+    assert plan.kv_bytes_per_token == 2 * 2 * 1 * 64 * 2
+    assert plan.cache.source.startswith("VLLM_CPU_KVCACHE_SPACE=1 GiB")
+    assert plan.cache_limited_concurrency == 2**30 // (512 * 160)
+    assert plan.roofline == [] and plan.roofline_note.startswith("n/a on CPU")
+
+
+def test_with_an_slo_goodput_is_computed_and_the_best_point_named(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16, 64], slo={"ttft_ms": 500})
+    page = signed_in(run.owner).get(run.get_absolute_url())
+    results = page.context["results"]
+    conc = results.series()[0]
+    attainment = [p.get("slo_attainment") for p in conc.points]
+    assert all(a is not None for a in attainment)
+    assert attainment[0] == 1.0 and attainment[-1] < attainment[0]  # latency grows with load
+    goodputs = [p.get("request_goodput") for p in conc.points]
+    assert goodputs[0] == pytest.approx(conc.points[0].get("request_throughput"), rel=0.05)
+    best = page.context["slo_best"][0]["best"]
+    assert best.get("request_goodput") == max(g for g in goodputs if g)
+    assert "concurrency-goodput" in [f["id"] for f in page.context["figures"]]
+    html = page.content.decode()
+    assert 'id="slo-best"' in html and 'id="budget-tool"' in html
+
+
+def test_the_client_reported_goodput_is_used_when_present() -> None:
+    from portal.benchmarks import goodput
+
+    assert goodput.from_metrics({"request_goodput": 5.0, "request_throughput": 10.0}) == {
+        "request_goodput": 5.0,
+        "slo_attainment": 0.5,
+    }
+    detail = {
+        "ttfts": [0.1, 0.3, 0.2],
+        "latencies": [0.5, 0.9, 0.0],
+        "output_lens": [5, 5, 0],
+        "errors": ["", "", "boom"],
+        "duration": 2.0,
+    }
+    # TPOT of request 1: (0.5 - 0.1) / 4 = 100 ms; request 2: 150 ms; the third failed.
+    assert goodput.from_detail(detail, {"ttft_ms": 250, "tpot_ms": 120}) == {
+        "request_goodput": 0.5,
+        "slo_attainment": 0.5,
+    }
+
+
+def test_the_summary_table_has_every_metric_and_downloads(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16], repeats=2, slo={"e2el_ms": 900})
+    client = signed_in(run.owner)
+    page = client.get(run.get_absolute_url())
+    keys = [m.key for m in page.context["metric_columns"]]
+    for key in (
+        "request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
+        "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms",
+        "preemptions", "kv_cache_usage_peak", "gpu_memory_peak_bytes",
+    ):  # fmt: skip
+        assert key in keys, key
+    html = page.content.decode()
+    assert 'id="summary-table" class="sortable"' in html
+    table = client.get(f"/runs/{run.public_id}/points.csv")
+    assert table["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(table.content.decode())))
+    assert [r["point"] for r in rows] == [
+        "baseline",
+        "concurrency:max_concurrency=1",
+        "concurrency:max_concurrency=4",
+        "concurrency:max_concurrency=16",
+    ]
+    assert rows[1]["repeats"] == "2" and float(rows[1]["output_throughput_std"]) > 0
+    doc = json.loads(client.get(f"/runs/{run.public_id}/points.json").content)
+    assert doc["run"] == run.public_id and len(doc["points"]) == 4
+    assert doc["points"][3]["speedup_vs_hf"] > 1
+    assert Client().get(f"/runs/{run.public_id}/points.csv").status_code == 404
+
+
+def test_the_runner_log_tail_is_shown_to_the_owner_only(make_user: Any, tmp_path: Path) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4], finish=False)
+    (tmp_path / "runner.log").write_text(
+        "".join(f"line {i}\n" for i in range(500)) + "<b>not bold</b>\n"
+    )
+    Run.objects.filter(pk=run.pk).update(
+        executor="local", executor_handle={"workdir": str(tmp_path), "pid": 1, "pgid": 1}
+    )
+    owner = signed_in(run.owner)
+    html = owner.get(run.get_absolute_url()).content.decode()
+    assert 'id="run-log"' in html
+    assert "line 499" in html and "line 250" not in html  # the last 200 lines
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in html
+    text = owner.get(f"/runs/{run.public_id}/log.txt")
+    assert text.status_code == 200 and text.content.decode().rstrip().endswith("<b>not bold</b>")
+    Run.objects.filter(pk=run.pk).update(is_public=True)
+    other = signed_in(make_user("mallory"))
+    assert 'id="run-log"' not in other.get(run.get_absolute_url()).content.decode()
+    assert other.get(f"/runs/{run.public_id}/log.txt").status_code == 404
+
+
+def test_an_executor_error_is_shown_instead_of_the_log(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1], finish=False)
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.FAILED, executor="nonexistent", executor_handle={"x": 1}
+    )
+    html = signed_in(run.owner).get(run.get_absolute_url()).content.decode()
+    assert 'id="log-error"' in html and "unknown executor" in html
+
+
+def test_the_owner_makes_a_run_public_and_private_again(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4])
+    url = f"/runs/{run.public_id}/visibility/"
+    # CSRF is enforced: a cross-site form post without the token is refused.
+    strict = signed_in(run.owner, enforce_csrf_checks=True)
+    assert strict.post(url, {"is_public": "1"}).status_code == 403
+    page = strict.get(run.get_absolute_url())
+    token = page.cookies["csrftoken"].value
+    response = strict.post(url, {"is_public": "1", "csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    assert Run.objects.get(pk=run.pk).is_public
+    assert Client().get(run.get_absolute_url()).status_code == 200
+    assert signed_in(make_user("mallory")).post(url, {"is_public": "0"}).status_code == 404
+    strict.post(url, {"is_public": "0", "csrfmiddlewaretoken": token})
+    assert not Run.objects.get(pk=run.pk).is_public
+    assert Client().get(run.get_absolute_url()).status_code == 404
+
+
+def test_a_rerun_submits_the_same_spec_and_says_whether_it_reproduced(
+    make_user: Any,
+) -> None:
+    owner = make_user("alice")
+    original = webdata.make_sweep_run(owner, [1, 4, 16], repeats=3, seed=1)
+    client = signed_in(owner)
+    assert signed_in(make_user("bob")).post(f"/runs/{original.public_id}/rerun/").status_code == 404
+    response = client.post(f"/runs/{original.public_id}/rerun/")
+    rerun = Run.objects.exclude(pk=original.pk).get(owner=owner, name__startswith="Re-run")
+    assert response["Location"] == rerun.get_absolute_url()
+    assert rerun.spec == original.spec and rerun.name == f"Re-run of {original.public_id}"
+    # The runner reports on the same GPU: same fingerprint; results within the spread.
+    Run.objects.filter(pk=rerun.pk).update(status=RunStatus.RUNNING)
+    services.store_environment(rerun, webdata.snapshot(), "f" * 64)
+    base = webdata.recording()
+    orig_points = {
+        p.point_key: p for p in client.get(original.get_absolute_url()).context["results"].points
+    }
+    for c in (1, 4, 16):
+        data = json.loads(json.dumps(base))
+        target = orig_points[f"concurrency:max_concurrency={c}"].get("output_throughput")
+        factor = target / data["output_throughput"]
+        for key in ("request_throughput", "output_throughput", "total_token_throughput"):
+            data[key] *= factor
+        services.ingest_measurement(
+            rerun, webdata.vllm_measurement("concurrency", "max_concurrency", c, data)
+        )
+    page = client.get(rerun.get_absolute_url())
+    verdict = page.context["verdict"]
+    assert verdict.comparable and verdict.reproduced is True, verdict.summary
+    assert "Reproduced" in page.content.decode()
+    assert rerun in client.get(original.get_absolute_url()).context["reruns"]
+    # A number far outside the spread is called out.
+    Run.objects.filter(pk=rerun.pk).update(status=RunStatus.RUNNING)
+    data = json.loads(json.dumps(base))
+    for key in ("request_throughput", "output_throughput", "total_token_throughput"):
+        data[key] *= 0.1
+    services.ingest_measurement(
+        rerun, webdata.vllm_measurement("concurrency", "max_concurrency", 4, data, repeat=1)
+    )
+    verdict = client.get(rerun.get_absolute_url()).context["verdict"]
+    assert verdict.reproduced is False and "vllm max_concurrency=4" in verdict.summary
+
+
+def test_user_text_in_charts_is_escaped(make_user: Any) -> None:
+    from portal.web.figures import esc
+
+    assert esc("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
+    run = webdata.make_sweep_run(make_user(), [1, 4], name='<script>alert("x")</script>')
+    html = signed_in(run.owner).get(run.get_absolute_url()).content.decode()
+    assert '<script>alert("x")</script>' not in html
+
+
+def test_open_graph_tags_describe_the_run(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16], public=True)
+    html = Client().get(run.get_absolute_url()).content.decode()
+    assert '<meta property="og:title" content="synthetic sweep · servebench">' in html
+    assert 'property="og:description"' in html and "output tok/s" in html
+    assert f'content="http://testserver/runs/{run.public_id}/"' in html
