@@ -148,7 +148,7 @@ def test_the_portal_role_is_least_privilege(helm):
         {
             "apiGroups": ["batch"],
             "resources": ["jobs"],
-            "verbs": ["create", "get", "list", "watch", "delete"],
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
         },
         {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]},

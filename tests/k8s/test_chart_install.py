@@ -176,6 +176,18 @@ def test_the_charts_role_is_enough_to_run_a_benchmark_and_no_more(
     assert executor.logs(run.executor_handle) == "boom"
     executor.cancel(run.executor_handle)
 
+    # A Pod that can never start: the executor may end its Job (patch) and say why.
+    settings.SERVEBENCH_K8S_START_GRACE_SECONDS = 0
+    stuck = make_run(spec=gpu_spec())
+    assert dispatcher.dispatch_run(stuck.pk) == "submitted"
+    stuck.refresh_from_db()
+    job = stuck.executor_handle["job"]
+    kubelet_admin.waiting(kubelet_admin.pod_of(job), "ErrImagePull", "manifest unknown")
+    status = get_executor("kubernetes").status(stuck.executor_handle)
+    assert status.state == ExecutorState.FAILED
+    annotations = client.BatchV1Api(kube_api).read_namespaced_job(job, CHART_NAMESPACE)
+    assert annotations.metadata.annotations["servebench.dev/failure"] == status.reason
+
     # ...and no more: the portal's account cannot read Secrets or make Pods itself.
     from kubernetes import config
 

@@ -259,9 +259,12 @@ def test_an_oom_kill_fails_the_run_saying_so(k8s, make_run, kubelet):
     )
 
 
-def test_an_image_that_cannot_be_pulled_fails_the_run_after_the_grace(k8s, make_run, kubelet):
+def test_an_image_that_cannot_be_pulled_fails_the_run_after_the_grace(
+    k8s, make_run, kubelet, kube_api
+):
     run = dispatched(make_run)
-    pod = kubelet.pod_of(run.executor_handle["job"])
+    handle = run.executor_handle
+    pod = kubelet.pod_of(handle["job"])
     kubelet.waiting(pod, "ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
     # Inside the grace a registry hiccup may still resolve: pending, the run waits.
     status = status_of(run)
@@ -279,6 +282,21 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_after_the_grace(k8s, make_
         run.failure_reason
     )
     assert "SERVEBENCH_K8S_IMAGE_PULL_SECRETS" in run.failure_reason
+    # ...and ends the Job, so its Pod stops holding a GPU; the reason stays on the Job.
+    assert kubelet.job_condition(handle["job"]).reason == "DeadlineExceeded"
+    core = client.CoreV1Api(kube_api)
+    wait_for(
+        lambda: (
+            not core.list_namespaced_pod(
+                handle["namespace"], label_selector=f"job-name={handle['job']}"
+            ).items
+        ),
+        30,
+        "the Job controller to delete the stuck Pod",
+    )
+    status = status_of(run)
+    assert status.state == ExecutorState.FAILED
+    assert status.reason.startswith(f"image pull failed: {IMAGE}: ")
 
 
 def test_an_invalid_image_name_fails_at_once(k8s, make_run, kubelet):

@@ -12,8 +12,11 @@ when needed, so any worker or web process can answer for any run.
   with the container's termination message in the log tail, deadline exceeded, evicted,
   the Job was deleted. A Pod that can never start by itself (its image cannot be pulled,
   its container cannot be created) is reported as ``failed`` once it has been stuck for
-  ``SERVEBENCH_K8S_START_GRACE_SECONDS``: Kubernetes would retry it until the
-  deadline, holding a GPU, while reconcile needs an ended state to fail the run.
+  ``SERVEBENCH_K8S_START_GRACE_SECONDS``: Kubernetes would retry it until the deadline,
+  holding its GPU, while reconcile needs an ended state to fail the run. So status() also
+  ends such a Job (the one side effect it has): it writes the reason on the Job as the
+  annotation ``servebench.dev/failure`` and lowers its ``activeDeadlineSeconds`` so the Job
+  controller stops the Pod now; later calls return the recorded reason.
 - ``cancel``: delete the Job with foreground propagation (its Pod and Secret go first).
 - ``logs``: the Pod's log tail, one attempt with a short timeout (the run page calls it
   while rendering); when the kubelet cannot serve it (node gone, container never started)
@@ -70,6 +73,8 @@ RUNNER_EXIT_CODES = {
     130: "interrupted",
 }
 LOG_BYTES = 256 * 1024
+# Why the executor ended a Job whose Pod could never start (see the module docstring).
+FAILURE_ANNOTATION = "servebench.dev/failure"
 
 
 def _now() -> datetime:
@@ -252,6 +257,9 @@ class KubernetesExecutor(Executor):
                 ExecutorState.GONE,
                 reason=f"the Job {ns}/{name} is being deleted (cancelled, or deleted by a person)",
             )
+        recorded = (job.metadata.annotations or {}).get(FAILURE_ANNOTATION)
+        if recorded:
+            return ExecutorStatus(ExecutorState.FAILED, reason=recorded)
         finished = _finished_condition(job)
         if finished is not None and finished.type == "Complete":
             return ExecutorStatus(ExecutorState.SUCCEEDED, exit_code=0)
@@ -300,6 +308,8 @@ class KubernetesExecutor(Executor):
         if waiting is not None and waiting.reason:
             stuck = self._stuck(pod, waiting)
             if stuck is not None:
+                if stuck.state == ExecutorState.FAILED:
+                    self._end_stuck_job(job, stuck.reason)
                 return stuck
         scheduled = _condition(pod, "PodScheduled")
         if scheduled is not None and scheduled.status == "False":
@@ -361,6 +371,22 @@ class KubernetesExecutor(Executor):
                 ExecutorState.PENDING, reason=f"creating the container: {reason}: {message}"
             )
         return None
+
+    def _end_stuck_job(self, job: client.V1Job, reason: str) -> None:
+        """Record why on the Job and let the Job controller stop it now (its Pod holds a
+        GPU and will never start). Best effort: the run fails either way."""
+        kube, ns, name = self.kube, job.metadata.namespace, job.metadata.name
+        body = {
+            "metadata": {"annotations": {FAILURE_ANNOTATION: reason}},
+            "spec": {"activeDeadlineSeconds": 1},
+        }
+        try:
+            kube.call(f"stop Job {ns}/{name}", kube.batch.patch_namespaced_job, name, ns, body)
+            log.info("kubernetes: stopped Job %s/%s: %s", ns, name, reason)
+        except (ExecutorError, ApiException) as exc:
+            log.warning(
+                "kubernetes: could not stop Job %s/%s (%s); its deadline will", ns, name, exc
+            )
 
     # ----------------------------------------------------------------- logs
 
