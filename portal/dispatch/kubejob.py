@@ -133,21 +133,25 @@ class RunnerConfig:
         )
 
 
-_deserializer: client.ApiClient | None = None
+_plain_client: client.ApiClient | None = None
+
+
+def _client() -> client.ApiClient:
+    """A client used only to convert objects (never to call an API server)."""
+    global _plain_client
+    if _plain_client is None:
+        _plain_client = client.ApiClient()
+    return _plain_client
 
 
 def typed(data: Any, klass: str) -> Any:
     """A plain JSON value (camelCase, as in a manifest) as a typed client object."""
-    global _deserializer
-    if _deserializer is None:
-        _deserializer = client.ApiClient()
-
-    return _deserializer.deserialize(json.dumps(data), klass, "application/json")
+    return _client().deserialize(json.dumps(data), klass, "application/json")
 
 
 def to_manifest(obj: Any) -> dict[str, Any]:
     """A typed client object as the camelCase JSON the API server receives."""
-    return client.ApiClient().sanitize_for_serialization(obj)
+    return _client().sanitize_for_serialization(obj)
 
 
 def _env(name: str, value: str) -> client.V1EnvVar:

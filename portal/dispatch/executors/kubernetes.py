@@ -168,6 +168,11 @@ class KubernetesExecutor(Executor):
                 f"the Job {ns}/{name} already existed but then vanished ({exc.status}); "
                 "submitting again"
             ) from None
+        if existing.metadata.deletion_timestamp is not None:
+            raise ExecutorUnavailable(
+                f"the Job {ns}/{name} from an earlier attempt is still being deleted; "
+                "submitting again once it is gone"
+            )
         labels = existing.metadata.labels or {}
         if labels.get(kubejob.RUN_LABEL) != kubejob.label_value(run.public_id):
             raise ExecutorError(
@@ -197,18 +202,27 @@ class KubernetesExecutor(Executor):
                     "metadata": {"ownerReferences": manifest["metadata"]["ownerReferences"]},
                     "stringData": manifest["stringData"],
                 }
-                kube.call(
-                    f"update Secret {ns}/{name}",
-                    kube.core.patch_namespaced_secret,
-                    name,
-                    ns,
-                    body,
-                )
+                try:
+                    kube.call(
+                        f"update Secret {ns}/{name}",
+                        kube.core.patch_namespaced_secret,
+                        name,
+                        ns,
+                        body,
+                    )
+                except ApiException as exc:  # 404: deleted since; the retry creates it
+                    raise ExecutorUnavailable(
+                        f"the Secret {ns}/{name} changed while being updated "
+                        f"({kubeapi.api_message(exc)}); submitting again"
+                    ) from None
         except ExecutorUnavailable:
             raise  # the retry adopts the Job and writes the Secret again
-        except (ExecutorError, ApiException):
+        except ExecutorError:
             # Without its Secret the Pod can never start: do not leave a Job holding a GPU.
-            self._delete_job(ns, name, attempts=1)
+            try:
+                self._delete_job(ns, name, attempts=1)
+            except ExecutorError as exc:
+                log.warning("kubernetes: could not delete Job %s/%s: %s", ns, name, exc)
             raise
 
     # ----------------------------------------------------------------- status
