@@ -106,6 +106,13 @@ def verdict(
 ) -> Verdict:
     """Whether ``rerun_run`` reproduced ``original`` (see the module docstring)."""
     metric = METRIC_BY_KEY[METRIC]
+    if not any(p.ok for p in rerun_results.points):
+        return Verdict(
+            True,
+            None,
+            "The re-run has no results yet; it is checked against the original's spread "
+            "as its measurements arrive.",
+        )
     if not original.fingerprint or original.fingerprint != rerun_run.fingerprint:
         return Verdict(
             False,

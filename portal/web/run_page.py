@@ -140,21 +140,30 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
     results = pts.run_results(run)
     environment = presenters.environment_of(run)
     snapshot = environment.snapshot if environment else {}
-    plan = capacity.plan(
-        run.spec,
-        snapshot,
-        capacity_curve(results),
-        reported=results.server_metrics,
-        gpu_name=run.gpu_name,
+    plan = (
+        None
+        if environment is None
+        else capacity.plan(
+            run.spec,
+            snapshot,
+            capacity_curve(results),
+            reported=results.server_metrics,
+            gpu_name=run.gpu_name,
+        )
     )
     budget = (results.slo or {}).get("ttft_ms")
     metric_columns = tables.columns(results)
     preempted = [p for p in results.points if (p.get("preemptions") or 0) > 0]
     charts = figures.run_figures(results, plan, _gpu_memory_bytes(snapshot), budget)
+    rerun_info = rerun_context(user, run, results)
+    related = [rerun_info.get("original"), *rerun_info["reruns"]]
+    compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]
     return {
         "results": results,
         "figures": charts,
         "has_pareto": any(f["kind"] == "pareto" for f in charts),
+        "compare_ids": compare_ids,
+        "compare_baseline": (rerun_info.get("original") or run).public_id,
         "summary": presenters.summary(results),
         "metric_columns": metric_columns,
         "summary_rows": tables.summary_rows(results, metric_columns),
@@ -173,5 +182,5 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
         "can_cancel": queries.can_cancel(user, run) and not run.is_final,
         "log_tail": log_tail(user, run),
         "history_point": history_point(results),
-        **rerun_context(user, run, results),
+        **rerun_info,
     }

@@ -283,7 +283,46 @@ def test_the_owner_toggles_sharing_from_the_run_page(page: Any, make_user: Any) 
     assert "output tok/s" in og
     page.page.click("#rerun")
     page.page.wait_for_url(lambda url: run.public_id not in url)
-    assert f"Re-run of {run.public_id}" in page.page.locator("h1").inner_text()
+    assert page.page.locator("h1").inner_text() == f"Re-run of {run.name}"
+    assert "no results yet" in page.page.locator("#rerun-verdict").inner_text()
+    assert Run.objects.latest("created_at").name == f"Re-run of {run.public_id}"
     assert json.loads(json.dumps(Run.objects.latest("created_at").spec)) == run.spec
     page.shot("rerun-queued")
+    assert page.console_errors == []
+
+
+def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
+    page: Any, make_user: Any, tmp_path: Any
+) -> None:
+    from portal.benchmarks import services
+    from runners import result as rr
+
+    user, password = user_with_password(make_user, "liam")
+    run = webdata.make_sweep_run(user, [1, 4], finish=False)
+    log = tmp_path / "runner.log"
+    log.write_text("servebench runner 0.1.0\nstarting vLLM server on port 8100\n")
+    Run.objects.filter(pk=run.pk).update(
+        executor="local", executor_handle={"workdir": str(tmp_path), "pid": 1, "pgid": 1}
+    )
+    page.sign_in(user.username, password)
+    page.goto(run.get_absolute_url())
+    assert "starting vLLM server" in page.page.locator("#run-log").inner_text()
+    with log.open("a") as out:
+        out.write("point concurrency:max_concurrency=16 ...\n")
+    page.page.wait_for_function(
+        "document.getElementById('run-log').textContent.includes('max_concurrency=16')",
+        timeout=15_000,
+    )
+    with log.open("a") as out:
+        out.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    services.ingest_event(
+        run, rr.Event(type="failed", message="the vLLM server ran out of GPU memory", errors=[])
+    )
+    page.page.wait_for_function(
+        "document.getElementById('run-status').textContent.trim() === 'Failed'"
+    )
+    page.page.wait_for_selector("#failure-reason")
+    assert "CUDA out of memory" in page.page.locator("#run-log").inner_text()
+    assert page.page.locator("#log-panel[open]").count() == 1
+    page.shot("run-failed-log")
     assert page.console_errors == []
