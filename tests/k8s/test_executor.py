@@ -431,8 +431,13 @@ def test_a_job_the_api_server_rejects_fails_the_run_with_its_reason(k8s, make_ru
             "resources.gpu_count is 16 but runner Jobs here may ask for at most 8 GPUs "
             "(SERVEBENCH_K8S_MAX_GPUS",
         ),
+        (
+            {"SERVEBENCH_K8S_KUBECONFIG": "/nonexistent/kubeconfig"},
+            None,
+            "the Kubernetes executor has no usable cluster configuration (",
+        ),
     ],
-    ids=["missing-namespace", "no-image", "too-many-gpus"],
+    ids=["missing-namespace", "no-image", "too-many-gpus", "no-kubeconfig"],
 )
 def test_a_run_that_cannot_become_a_job_fails_with_a_reason(k8s, make_run, change, spec, reason):
     for key, value in change.items():
