@@ -143,6 +143,14 @@ class Workload(Strict):
             raise FieldError("dataset_path", "dataset_path is required when dataset is 'sharegpt'")
         if self.dataset == "random" and self.dataset_path:
             raise FieldError("dataset_path", "dataset_path is only used with dataset 'sharegpt'")
+        if self.dataset == "random" and not self.ignore_eos:
+            # vLLM's bench client forces ignore-eos for random prompts, and the HF baseline
+            # always generates output_len tokens: 'false' would be recorded but not true.
+            raise FieldError(
+                "ignore_eos",
+                "the random dataset always generates exactly output_len tokens; "
+                "use dataset 'sharegpt' for natural response lengths",
+            )
         return self
 
 

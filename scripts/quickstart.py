@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # runners/ for the demo spec; this file lives in scripts/
 PY = sys.executable
 DEMO_NAME = "Tiny model demo (CPU)"
 

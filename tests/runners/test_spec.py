@@ -59,6 +59,11 @@ BAD_SPECS = [
         "dataset_path is required when dataset is 'sharegpt'",
     ),
     (
+        {"model": M, "workload": {"ignore_eos": False}},
+        "workload.ignore_eos",
+        "always generates exactly output_len tokens",
+    ),
+    (
         {"model": M, "workload": {"dataset_path": "x.json"}},
         "workload.dataset_path",
         "only used with dataset 'sharegpt'",
