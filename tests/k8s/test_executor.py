@@ -216,6 +216,36 @@ def test_a_run_moves_with_its_pod_and_succeeds(k8s, make_run, kube_api, kubelet)
     assert reconciled(run).status == RunStatus.SUCCEEDED
 
 
+def test_a_finished_job_is_deleted_after_its_ttl_with_what_it_owned(
+    k8s, make_run, kube_api, kubelet
+):
+    k8s.SERVEBENCH_K8S_TTL_SECONDS = 0
+    run = dispatched(make_run)
+    ns, name = run.executor_handle["namespace"], run.executor_handle["job"]
+    pod = kubelet.pod_of(name)
+    kubelet.terminated(pod, 0, reason="Completed")
+    batch, core = client.BatchV1Api(kube_api), client.CoreV1Api(kube_api)
+
+    def gone() -> bool:
+        try:
+            batch.read_namespaced_job(name, ns)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 30, "the TTL controller to delete the finished Job")
+    wait_for(
+        lambda: (
+            not core.list_namespaced_secret(
+                ns, label_selector=f"servebench.dev/run={run.public_id}"
+            ).items
+        ),
+        30,
+        "the garbage collector to delete the Job's Secret",
+    )
+    assert status_of(run).state == ExecutorState.GONE
+
+
 def test_a_non_zero_exit_fails_the_run_with_the_code_and_the_log_tail(k8s, make_run, kubelet):
     run = dispatched(make_run)
     name = run.executor_handle["job"]
