@@ -17,7 +17,7 @@ mean the same thing everywhere.
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -130,7 +130,6 @@ class PointStats:
     std: dict[str, float] = field(default_factory=dict)
     low: dict[str, float] = field(default_factory=dict)
     high: dict[str, float] = field(default_factory=dict)
-    samples: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def x(self) -> float:
@@ -252,16 +251,20 @@ class RunResults:
 
 
 def _aggregate_values(point: PointStats, rows: list[dict[str, float]]) -> None:
-    keys: set[str] = set()
+    """Mean, sample standard deviation, min and max of each key across the repeats (plain
+    float arithmetic: ``statistics.stdev`` works in exact fractions and is ~50x slower)."""
+    columns: dict[str, list[float]] = defaultdict(list)
     for values in rows:
-        keys.update(values)
-    for key in sorted(keys):
-        samples = [values[key] for values in rows if key in values]
-        if not samples:
-            continue
-        point.samples[key] = samples
-        point.mean[key] = statistics.fmean(samples)
-        point.std[key] = statistics.stdev(samples) if len(samples) > 1 else 0.0
+        for key, value in values.items():
+            columns[key].append(value)
+    for key in sorted(columns):
+        samples = columns[key]
+        n = len(samples)
+        mean = math.fsum(samples) / n
+        point.mean[key] = mean
+        point.std[key] = (
+            math.sqrt(math.fsum((v - mean) ** 2 for v in samples) / (n - 1)) if n > 1 else 0.0
+        )
         point.low[key] = min(samples)
         point.high[key] = max(samples)
 

@@ -61,7 +61,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         "figures": figures.compare_figures(comparison),
         "metrics": metrics,
         "headline": headline,
-        "lines": tables.compare_lines(comparison.rows),
+        "tbody": tables.compare_tbody(tables.compare_lines(comparison.rows)),
         "permalink": request.build_absolute_uri(canonical),
         "api_url": reverse("api:compare")
         + "?"

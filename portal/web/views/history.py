@@ -11,6 +11,8 @@ from portal.benchmarks.models import Run
 from portal.benchmarks.points import METRIC_BY_KEY
 from portal.web import figures
 
+TABLE_ROWS = 100  # the chart shows every run; the table the newest ones
+
 
 @require_GET
 def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
@@ -29,6 +31,7 @@ def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
         "figures": [{"id": "history", "figure": figures.history_figure(history)}],
         "metric_choices": [METRIC_BY_KEY[k] for k in hist.HISTORY_METRICS],
         "fingerprint": fingerprint,
-        "rows": list(reversed(history.points)),
+        "rows": list(reversed(history.points))[:TABLE_ROWS],
+        "table_rows": TABLE_ROWS,
     }
     return render(request, "web/history.html", context)
