@@ -27,6 +27,7 @@ from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.services import deadline_for, enqueue_dispatch, transition
 from portal.dispatch.executors import (
     ExecutorError,
+    ExecutorState,
     ExecutorStatus,
     ExecutorUnavailable,
     get_executor,
@@ -176,6 +177,18 @@ def _reconcile_active(run: Run, now: datetime, stale: datetime, report: Reconcil
             f"deadline exceeded after {run.timeout_minutes} min (resources.timeout_minutes); "
             "the runner was stopped. Raise the timeout or measure fewer points."
         )
+        if handle:
+            # A run that never started (no free GPU, image still pulling) says why, since
+            # a longer timeout is then not the fix.
+            try:
+                state = executor.status(handle)
+            except ExecutorError:
+                state = None
+            if state is not None and state.state == ExecutorState.PENDING and state.reason:
+                reason = (
+                    f"deadline exceeded after {run.timeout_minutes} min before the runner "
+                    f"started: {state.reason}"
+                )
         if transition(
             run.pk,
             RunStatus.FAILED,
@@ -225,8 +238,11 @@ def _lost_reason(status: ExecutorStatus, log_tail: str) -> str:
     if status.exit_code is not None:
         exited = status.reason or f"runner exited with code {status.exit_code}"
         head = f"{exited} without reporting a result"
-    else:
+    elif status.state == ExecutorState.GONE:
         head = f"runner lost: {status.reason or 'the executor no longer knows it'}"
+    else:
+        # The executor knows why (image pull failed, evicted...): say that, not "lost".
+        head = status.reason or "the runner failed without reporting a result"
     tail = log_tail.strip()
     return f"{head}; last lines of its log:\n{tail}" if tail else head
 

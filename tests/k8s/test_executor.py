@@ -14,11 +14,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from k8s_support import free_port, gpu_spec, secret_value, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -370,6 +372,18 @@ def test_no_free_gpu_keeps_the_run_waiting_and_the_log_endpoint_says_why(
     assert personas["owner"].client.get(url + "?tail=0").status_code == 400
 
 
+def test_a_portal_deadline_before_the_runner_started_says_why(k8s, make_run, kubelet):
+    run = dispatched(make_run)
+    kubelet.unschedulable(kubelet.pod_of(run.executor_handle["job"]), GPU_FULL)
+    Run.objects.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    run = reconciled(run)
+    assert run.status == RunStatus.FAILED
+    assert run.failure_reason == (
+        f"deadline exceeded after {run.timeout_minutes} min before the runner started: "
+        f"waiting for a GPU: {GPU_FULL}"
+    )
+
+
 def test_the_jobs_deadline_fails_the_run(k8s, make_run, kube_api, kubelet):
     run = dispatched(make_run)
     handle = run.executor_handle
@@ -383,7 +397,7 @@ def test_the_jobs_deadline_fails_the_run(k8s, make_run, kube_api, kubelet):
     run = reconciled(run)
     assert run.status == RunStatus.FAILED
     assert run.failure_reason == (
-        "runner lost: deadline exceeded: Kubernetes stopped the Job after its "
+        "deadline exceeded: Kubernetes stopped the Job after its "
         "activeDeadlineSeconds (1 s); raise resources.timeout_minutes or measure fewer points"
     )
 
