@@ -164,6 +164,8 @@ def main() -> int:
 
     stack = Stack(env, logs)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # Ctrl-C stops everything even when started from a shell that ignores SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         say("migrating the database")
         stack.manage("migrate", "--no-input")
