@@ -11,6 +11,11 @@ taken twice, at 1% of the data and at all of it: they must not grow with the dat
 Target (issue 3): each page within 5x the trivial view; query counts independent of the
 number of runs and measurements. This prints; it asserts nothing.
 
+Issue 5 adds the results pages: a compare page of 8 runs x 20 points (at 1%: 2 runs x 5
+points) and a history chart over 1,000 runs of one fingerprint (at 1%: 10 runs), through
+the web page and the API; the query counts must not grow with the history's length, and
+the compare page's chart data (its embedded ``figures-data`` JSON) must stay under 200 kB.
+
 Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
 """
 
@@ -331,8 +336,10 @@ def query_count(client: Any, url: str) -> tuple[int, int]:
     return len(ctx.captured_queries), response.status_code  # now: later requests reset it
 
 
-def pages(user: Any, run_id: str) -> list[tuple[str, str, str]]:
-    """(label, client kind, url)."""
+def pages(
+    user: Any, run_id: str, extra: list[tuple[str, str, str]] | None = None
+) -> list[tuple[str, str, str]]:
+    """(label, client kind, url); ``extra`` targets are appended (results pages)."""
     from django.urls import NoReverseMatch, reverse
 
     out = [
@@ -356,10 +363,12 @@ def pages(user: Any, run_id: str) -> list[tuple[str, str, str]]:
             ("web runs list ?model=", "web", reverse("web:run-list") + f"?model={MODELS[1]}"),
             ("web run page", "web", reverse("web:run-detail", args=[run_id])),
         ]
-    return out
+    return out + list(extra or [])
 
 
-def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int, int]]:
+def run_pages(
+    user: Any, run_id: str, repeat: int, extra: list[tuple[str, str, str]] | None = None
+) -> dict[str, tuple[float, int, int]]:
     """label -> (median seconds, queries, status). Pages are timed round-robin, one request
     each per round, so a load spike on this shared machine hits all of them alike."""
     from django.test import Client
@@ -369,7 +378,7 @@ def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int
     token = create_user_token(user, "bench").plaintext
     clients = {"api": Client(headers={"Authorization": f"Bearer {token}"}), "web": Client()}
     clients["web"].force_login(user)
-    targets = pages(user, run_id)
+    targets = pages(user, run_id, extra)
     counts = {label: query_count(clients[kind], url) for label, kind, url in targets}
     times: dict[str, list[float]] = {label: [] for label, _, _ in targets}
     for _ in range(repeat):
@@ -378,6 +387,160 @@ def run_pages(user: Any, run_id: str, repeat: int) -> dict[str, tuple[float, int
             clients[kind].get(url)
             times[label].append(time.perf_counter() - t0)
     return {label: (statistics.median(times[label]), *counts[label]) for label in times}
+
+
+# --------------------------------------------------------------------------- results pages
+
+COMPARE_VALUES = [1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256]
+
+
+class ResultsFixtures:
+    """Runs for the compare and history pages, owned by the benchmark's user."""
+
+    def __init__(self, compare_ids: list[str], fingerprint: str, point: str) -> None:
+        self.compare_ids = compare_ids
+        self.fingerprint = fingerprint
+        self.point = point
+
+    @property
+    def targets(self) -> list[tuple[str, str, str]]:
+        ids = ",".join(self.compare_ids)
+        compare = f"runs={ids}&baseline={self.compare_ids[0]}"
+        history = f"metric=output_throughput&point={self.point}&backend=vllm"
+        return [
+            ("web compare page", "web", f"/compare/?{compare}"),
+            ("API compare", "api", f"/api/v1/compare/?{compare}"),
+            ("web history page", "web", f"/history/{self.fingerprint}/?{history}"),
+            ("API history", "api", f"/api/v1/history/?fingerprint={self.fingerprint}&{history}"),
+        ]
+
+    def compare_payload(self, user: Any) -> dict[str, int]:
+        """Bytes of the compare page's embedded chart JSON, of the page, of the API answer."""
+        import re
+
+        from django.test import Client
+
+        client = Client()
+        client.force_login(user)
+        label_url = {label: url for label, _, url in self.targets}
+        html = client.get(label_url["web compare page"]).content
+        match = re.search(
+            rb'<script id="figures-data" type="application/json">(.*?)</script>', html, re.S
+        )
+        api = client.get(label_url["API compare"]).content
+        return {"figures": len(match.group(1)) if match else 0, "html": len(html), "api": len(api)}
+
+
+def results_fixtures(
+    user: Any, compare_runs: int, points: int, history_runs: int, seed: int = 5
+) -> ResultsFixtures:
+    """``compare_runs`` runs of one concurrency sweep of ``points`` points (+ the HF
+    baseline), and ``history_runs`` runs of one fingerprint (3 points each), a day
+    apart, with the vLLM version changing every 100 runs. Bulk-created."""
+    from django.utils import timezone
+
+    from portal.benchmarks.models import Environment, Measurement, Run, new_public_id
+    from portal.benchmarks.services import backend_labels
+    from runners import spec as rs
+
+    rng = random.Random(seed)
+    now = timezone.now()
+
+    def spec(values: list[int], name: str) -> dict[str, Any]:
+        parsed = rs.Spec.model_validate(
+            {
+                "name": name,
+                "model": {"id": MODELS[2], "max_model_len": 8192},
+                "workload": {"input_len": 1024, "output_len": 128, "num_prompts": 256},
+                "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": values}],
+                "backends": [{"kind": "hf-sequential"}, {"kind": "vllm"}],
+            }
+        )
+        return parsed.model_dump(mode="json")
+
+    def make_runs(count: int, values: list[int], fingerprint: str, name: str) -> list[Any]:
+        body = spec(values, name)
+        runs = [
+            Run(
+                public_id=new_public_id(),
+                owner=user,
+                name=f"{name} {i}",
+                spec=body,
+                spec_version=1,
+                status="succeeded",
+                created_at=now - timedelta(days=count - i),
+                updated_at=now,
+                progress_done=len(values) + 1,
+                progress_total=len(values) + 1,
+                model_id=MODELS[2],
+                gpu_name=GPUS[0],
+                gpu_count=1,
+                backends=backend_labels(rs.Spec.model_validate(body)),
+                fingerprint=fingerprint,
+            )
+            for i in range(count)
+        ]
+        Run.objects.bulk_create(runs, batch_size=1000)
+        runs = list(Run.objects.filter(fingerprint=fingerprint).order_by("created_at"))
+        Environment.objects.bulk_create(
+            [
+                Environment(
+                    run_id=r.id,
+                    snapshot={
+                        "gpu": {"model": GPUS[0], "count": 1, "memory_total_mib": 81559},
+                        "software": {"vllm": f"0.{20 + i // 100}.0", "torch": "2.13.0"},
+                        "container": {"image": "ghcr.io/servebench/runner:0.1.0"},
+                    },
+                    gpu_name=GPUS[0],
+                    gpu_count=1,
+                    vllm_version=f"0.{20 + i // 100}.0",
+                    torch_version="2.13.0",
+                )
+                for i, r in enumerate(runs)
+            ],
+            batch_size=1000,
+        )
+        rows = []
+        for r in runs:
+            for kind, value in [("hf-sequential", None), *(("vllm", v) for v in values)]:
+                m = metrics_for(rng, value or 1, 128, kind != "vllm")
+                rows.append(
+                    Measurement(
+                        run_id=r.id,
+                        backend=kind,
+                        backend_kind=kind,
+                        point_key="baseline"
+                        if value is None
+                        else f"concurrency:max_concurrency={value}",
+                        sweep="baseline" if value is None else "concurrency",
+                        axis="" if value is None else "max_concurrency",
+                        value=value,
+                        status="succeeded",
+                        input_len=1024,
+                        output_len=128,
+                        concurrency=value or 1,
+                        num_prompts=256,
+                        request_throughput=m["request_throughput"],
+                        output_throughput=m["output_throughput"],
+                        total_token_throughput=m["total_token_throughput"],
+                        p99_ttft_ms=m["p99_ttft_ms"],
+                        p99_tpot_ms=m["p99_tpot_ms"],
+                        mean_tpot_ms=m["mean_tpot_ms"],
+                        preemptions=0.0,
+                        kv_cache_usage_peak=min(1.0, (value or 1) / 300),
+                        metrics=m,
+                        server_metrics={"preemptions": 0.0, "samples": 10},
+                        commands={"serve": "vllm serve ...", "bench": "vllm bench serve ..."},
+                    )
+                )
+        Measurement.objects.bulk_create(rows, batch_size=5000)
+        return runs
+
+    compared = make_runs(compare_runs, COMPARE_VALUES[:points], "c" * 64, "compare")
+    make_runs(history_runs, [1, 16, 64], "d" * 64, "nightly")
+    return ResultsFixtures(
+        [r.public_id for r in compared], "d" * 64, "concurrency:max_concurrency=16"
+    )
 
 
 def main() -> int:
@@ -416,7 +579,10 @@ def main() -> int:
                 Run.objects.filter(owner=user).order_by("-created_at").first()
                 or Run.objects.first()
             )
-            small = run_pages(user, sample.public_id, max(3, args.repeat // 4))
+            small_results = results_fixtures(user, compare_runs=2, points=5, history_runs=10)
+            small = run_pages(
+                user, sample.public_id, max(3, args.repeat // 4), small_results.targets
+            )
             Measurement.objects.all().delete()
             Run.objects.all().delete()
             get_user_model().objects.all().delete()
@@ -434,7 +600,9 @@ def main() -> int:
             from portal.benchmarks.queries import visible_runs
 
             visible = visible_runs(user).count()
-            big = run_pages(user, sample.public_id, args.repeat)
+            big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
+            big = run_pages(user, sample.public_id, args.repeat, big_results.targets)
+            payload = big_results.compare_payload(user)
     finally:
         if not args.keep:
             connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -464,6 +632,15 @@ def main() -> int:
             f"{label:38} {seconds * 1000:9.2f} {seconds / baseline[kind]:9.1f} "
             f"{seconds / bare:7.1f} {small_q!s:>11} {queries:>13}{flag}"
         )
+    print(
+        "\nresults pages: @1% = compare 2 runs x 5 points, history over 10 runs; "
+        "@100% = compare 8 runs x 20 points, history over 1,000 runs"
+    )
+    print(
+        f"compare page chart data (8 runs x 20 points): {payload['figures']:,} bytes "
+        f"({payload['figures'] / 1000:.0f} kB; target < 200 kB); whole HTML page "
+        f"{payload['html']:,} bytes; API answer {payload['api']:,} bytes"
+    )
     return 0
 
 
