@@ -280,7 +280,7 @@ def require_succeeded(run: dict, role: str) -> None:
         return
     page = (run.get("links") or {}).get("page", "")
     if status in FINAL:
-        reason = run.get("failure_reason") or "no reason recorded"
+        reason = render.failure(run)
         raise ServebenchError(
             f"{role} run {run.get('id')} {status}: {reason} ({page}); compare needs two "
             "succeeded runs"
@@ -393,8 +393,9 @@ def wait_for(
             )
         time.sleep(poll)
     if run["status"] != "succeeded":
-        reason = run.get("failure_reason") or "no reason recorded"
-        raise ServebenchError(f"run {run['id']} {run['status']}: {reason} ({run['links']['page']})")
+        raise ServebenchError(
+            f"run {run['id']} {run['status']}: {render.failure(run)} ({run['links']['page']})"
+        )
     return run
 
 
@@ -430,8 +431,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise UsageError("give a spec file or --preset NAME (one of them)")
     if (args.baseline or args.set_baseline) and not args.wait:
         raise UsageError("--baseline and --set-baseline need --wait")
-    if args.baseline or args.metric or args.threshold:
-        metrics_of(args), thresholds_of(args)  # usage errors before anything is queued
+    # Usage errors before anything is queued.
+    metrics_of(args)
+    thresholds_of(args)
     client = make_client(args)
     text = read_spec_text(args.spec) if args.spec else None
     run = client.submit(text, preset=args.preset, name=args.name, public=args.public)
@@ -479,7 +481,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     if run["status"] not in FINAL:
         err(f"run {run['id']} is still {run['status']} ({render.progress(run)}): results so far")
     elif run["status"] != "succeeded":
-        err(f"run {run['id']} {run['status']}: {run.get('failure_reason') or 'no reason'}")
+        err(f"run {run['id']} {run['status']}: {render.failure(run)}")
     if args.format == "json":
         print(json.dumps(document, indent=2))
     elif args.format == "csv":
@@ -536,7 +538,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     client = make_client(args)
-    metrics_of(args), thresholds_of(args)
+    metrics_of(args)  # usage errors before any request
+    thresholds_of(args)
     base, cand = resolve_pair(client, args.base, args.candidate)
     if base["id"] == cand["id"]:
         raise UsageError(f"BASE and CANDIDATE are the same run {base['id']}")

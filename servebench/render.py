@@ -111,6 +111,26 @@ def progress(run: Mapping[str, Any]) -> str:
     return f"{p.get('done', 0)}/{p.get('total', 0)} points"
 
 
+def failure(run: Mapping[str, Any], limit: int = 400) -> str:
+    """Why a run failed, on one line: the portal's reason, plus the first error of a
+    measurement or of the runner when the reason only points at them."""
+    reason = " ".join(str(run.get("failure_reason") or "no reason recorded").split())
+    first = ""
+    for m in run.get("measurements") or []:
+        if m.get("status") == "failed" and m.get("error"):
+            first = f"{m.get('backend')} {m.get('point_key')}: {m['error']}"
+            break
+    if not first:
+        for e in run.get("errors") or []:
+            if isinstance(e, dict) and e.get("message"):
+                first = f"{e.get('where') or 'runner'}: {e['message']}"
+                break
+    first = " ".join(first.split())
+    if first and first not in reason:
+        reason = f"{reason}; first error: {first}"
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
 def run_status(run: Mapping[str, Any]) -> str:
     """``servebench status``: the facts a person checks, one per line."""
     rows = [
@@ -118,7 +138,7 @@ def run_status(run: Mapping[str, Any]) -> str:
         ("status", f"{run.get('status')}, {progress(run)}"),
     ]
     if run.get("failure_reason"):
-        rows.append(("reason", run["failure_reason"]))
+        rows.append(("reason", failure(run)))
     rows += [
         ("model", run.get("model_id") or "-"),
         ("gpu", f"{run.get('gpu_name') or '-'} x{run.get('gpu_count') or 0}"),

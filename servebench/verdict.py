@@ -22,13 +22,19 @@ the interval is always reported):
   no more than one over 16 requests. With two or more repeats on a side, a Welch t
   interval over the per-repeat values is computed too and the wider bound of each end is
   kept: run-to-run drift that the requests of one run cannot show is not hidden.
+  Small samples get methods that stay honest where a bootstrap would not: a percentile
+  with fewer than ``TAIL_MIN`` samples beyond it (p99 of fewer than 1,000 requests) gets
+  a distribution-free interval from each run's order statistics (binomial, Bonferroni
+  across the two runs), open-ended (infinite) when the sample cannot bound it at all; a
+  mean of fewer than ``MIN_SAMPLES`` requests gets a Welch t interval.
 - **Throughput** (higher is better) has one number per run, so its noise is the spread
   across repeats: a Welch t interval of the difference of the repeat means (a t interval
   with the known side's spread when only one side has repeats). With one repeat on each
   side the fallback is a bootstrap of the per-request output rate (output tokens /
   latency, summed over the resampled requests), centred on the measured change: it sees
   request-to-request noise, not run-to-run noise, and the method string says so.
-- Without samples or repeats the verdict uses the threshold alone (``threshold only``).
+- Without samples or repeats (or with fewer than ``MIN_SAMPLES`` requests for a rate) the
+  verdict uses the threshold alone (``threshold only``), and a note says so.
 
 Verdicts: ``better`` / ``worse`` (beyond the threshold and beyond the noise),
 ``within noise`` (the interval contains zero, whatever the size of the change),
@@ -432,6 +438,7 @@ def _percentile_interval(values: list[float], confidence: float) -> tuple[float,
 
 
 TAIL_MIN = 10  # fewer samples than this beyond a percentile: order statistics, not bootstrap
+MIN_SAMPLES = 10  # fewer requests than this: no bootstrap of a mean or a rate
 
 
 def tail_count(n: int, quantile: float) -> float:
@@ -638,6 +645,10 @@ def _latency_verdict(
                     "interval; with fewer it cannot fail a build on noise grounds: raise "
                     "num_prompts"
                 )
+        elif m.quantile is None and min(len(xb), len(xc)) < MIN_SAMPLES:
+            interval = welch_interval(xb, xc, confidence)
+            methods.append("t interval")
+            parts.append(f"Welch t over {len(xb)} vs {len(xc)} {unit} (too few for a bootstrap)")
         else:
             boot_b = bootstrap_replicates(xb, m.quantile, n_boot, rng)
             boot_c = bootstrap_replicates(xc, m.quantile, n_boot, rng)
@@ -721,7 +732,13 @@ def _throughput_verdict(
         )
     sb = _pooled_rates(base, m.key)
     sc = _pooled_rates(cand, m.key)
-    if sb is not None and sc is not None:
+    few = sb is not None and sc is not None and min(len(sb[0]), len(sc[0])) < MIN_SAMPLES
+    if few:
+        notes.append(
+            f"one repeat and only {min(len(sb[0]), len(sc[0]))} requests: too few to "
+            "estimate the noise of a throughput; the threshold alone decides"
+        )
+    elif sb is not None and sc is not None:
         rate_b = math.fsum(sb[0]) / math.fsum(sb[1])
         rate_c = math.fsum(sc[0]) / math.fsum(sc[1])
         boot_b = ratio_replicates(sb[0], sb[1], n_boot, rng)
@@ -749,7 +766,8 @@ def _throughput_verdict(
             confidence,
             notes,
         )
-    notes.append("one repeat and no per-request samples: the threshold alone decides")
+    if not few:
+        notes.append("one repeat and no per-request samples: the threshold alone decides")
     return MetricVerdict(
         m.key,
         m.better,
@@ -759,7 +777,7 @@ def _throughput_verdict(
         None,
         decide(change, None, m.better, threshold),
         "threshold only",
-        "1 repeat, no per-request samples: noise not measured",
+        "1 repeat, too few per-request samples: noise not measured",
         threshold,
         confidence,
         notes,

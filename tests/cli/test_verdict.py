@@ -114,6 +114,17 @@ def test_a_p99_of_few_requests_cannot_fail_a_build():
     assert p90.method == "order statistics" and p90.verdict == v.WORSE, p90
 
 
+def test_a_handful_of_requests_gets_no_bootstrap():
+    # Four requests (an HF baseline's usual count): a bootstrap would be overconfident.
+    base, cand = side(0, 1, n=4), side(0.5, 2, n=4)
+    mean = v.compare_metric("mean_e2el_ms", base, cand)
+    assert mean.method == "t interval" and "too few for a bootstrap" in mean.detail
+    rate = v.compare_metric("output_throughput", base, cand)
+    assert rate.method == "threshold only" and rate.interval is None
+    assert any("only 4 requests" in note for note in rate.notes)
+    assert rate.verdict == v.WORSE  # a -33% change is beyond the threshold on its own
+
+
 def test_order_statistic_bounds_cover_the_true_percentile():
     # Exponential(1): the true p90 is ln(10). Each bound is built to fail at most 2.5%.
     rng = random.Random(5)
