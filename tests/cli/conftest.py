@@ -12,9 +12,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
+import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,47 @@ SESSION = _portal._SESSION
 
 def pytest_configure(config: pytest.Config) -> None:
     _portal.pytest_configure(config)
+
+
+@pytest.fixture(scope="module")
+def module_worker() -> Iterator[Callable[[str, Path], subprocess.Popen[bytes]]]:
+    """``start(public_url, log)``: a real Celery worker with beat, as ``celery_worker``
+    starts one, but living for the whole module (call it with database access unblocked:
+    it points the worker at the test database). Stopped when the module ends."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(public_url: str, log: Path) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url_for_tests(),
+            "SERVEBENCH_PUBLIC_URL": public_url,
+            "SERVEBENCH_RECONCILE_SECONDS": "5",
+            "SERVEBENCH_DB_CONN_MAX_AGE": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "portal.celery", "worker",
+            "--loglevel", "INFO", "--concurrency", "1", "--pool", "prefork",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-n", f"cli-{SESSION}-{len(started)}@%h", "-Q", env["SERVEBENCH_QUEUE"],
+            "--beat", "--schedule", str(log.parent / f"celerybeat-{len(started)}"),
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        started.append(proc)
+        deadline = time.monotonic() + 90
+        while " ready." not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the celery worker did not start:\n{log.read_text()}")
+            time.sleep(0.3)
+        return proc
+
+    yield start
+    for proc in started:
+        _portal._stop(proc, timeout=30)
 
 
 @dataclass

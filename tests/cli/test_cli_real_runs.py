@@ -1,0 +1,292 @@
+"""The CLI as a CI job runs it, against the whole stack: a live test server, a real Celery
+worker, the local executor and the real runner on the tiny model (HF baseline and a vLLM
+server with vLLM's bench client).
+
+A vLLM server start costs ~100 s on 2 CPU cores, so the module makes exactly two real
+runs once, the way a pipeline would:
+
+1. ``servebench submit spec.yaml --wait --set-baseline main``  (the main branch), then
+2. ``servebench submit spec.yaml --wait --baseline latest:main`` (a pull request),
+
+as subprocesses, and keeps every row they produced. pytest-django empties the database
+after each test that uses the live server, so ``real_runs`` puts those rows back before
+each test: every test sees the same two real runs without another benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from portal.benchmarks.models import Measurement, Run, RunStatus
+from runners.result import ResultDocument
+from servebench.compare import compare_documents
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(2400),
+]
+
+
+def real_spec(model: str) -> dict[str, Any]:
+    return {
+        "name": "servebench CLI on the tiny model",
+        "model": {"id": model, "max_model_len": 2048},
+        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 32, "num_warmups": 1},
+        "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
+        "backends": [
+            {"kind": "hf-sequential", "num_prompts": 4, "num_warmups": 0},
+            {"kind": "vllm"},
+        ],
+        "resources": {"gpu_count": 0, "timeout_minutes": 20},
+    }
+
+
+@dataclass
+class Invocation:
+    argv: list[str]
+    code: int
+    out: str
+    err: str
+
+    def explain(self) -> str:
+        return f"$ servebench {' '.join(self.argv)}\nexit {self.code}\n{self.out}\n{self.err}"
+
+
+@dataclass
+class RealRuns:
+    url: str
+    token: str
+    workdir: Path
+    worker_log: Path
+    first: Invocation | None = None
+    second: Invocation | None = None
+    snapshot: str = ""
+    ids: list[str] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SERVEBENCH_URL": self.url,
+            "SERVEBENCH_TOKEN": self.token,
+            "PYTHONPATH": str(REPO),
+        }
+
+    def cli(self, *argv: str) -> Invocation:
+        return run_cli(list(argv), self.env(), self.workdir)
+
+
+def run_cli(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 1500) -> Invocation:
+    """``python -m servebench ARGV`` as a separate process, as CI runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "servebench", *argv],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return Invocation(argv, done.returncode, done.stdout, done.stderr)
+
+
+def snapshot() -> str:
+    """Every row the runs produced, as Django's JSON serialization."""
+    from django.contrib.auth import get_user_model
+    from django.core import serializers
+
+    from portal.accounts.models import ApiToken
+    from portal.benchmarks.models import Baseline, Environment
+
+    rows: list[Any] = []
+    for model in (get_user_model(), ApiToken, Run, Measurement, Environment, Baseline):
+        rows.extend(model.objects.all())
+    return serializers.serialize("json", rows)
+
+
+@pytest.fixture(scope="module")
+def real(
+    django_db_setup: None,
+    django_db_blocker: Any,
+    live_server: Any,
+    tiny_model: Path,
+    have_vllm: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    module_worker: Any,
+) -> RealRuns:
+    """The two real runs, made once for the module through the CLI (see module doc). The
+    worker stays up for the module: ``test_a_run_that_fails...`` submits one more."""
+    workdir = tmp_path_factory.mktemp("cli-real")
+    (workdir / "spec.yaml").write_text(yaml.safe_dump(real_spec(str(tiny_model))))
+    # What pytest-django does around each live-server test: the server's host allowed.
+    live_server._live_server_modified_settings.enable()
+    try:
+        return _make_real_runs(django_db_blocker, live_server, module_worker, workdir)
+    finally:
+        live_server._live_server_modified_settings.disable()
+
+
+def _make_real_runs(
+    django_db_blocker: Any, live_server: Any, module_worker: Any, workdir: Path
+) -> RealRuns:
+    with django_db_blocker.unblock():
+        from django.contrib.auth import get_user_model
+
+        from portal.accounts.tokens import create_user_token
+
+        user = get_user_model().objects.create_user("ci-bot", password="pw-ci-bot")
+        real_runs = RealRuns(
+            live_server.url,
+            create_user_token(user, "ci").plaintext,
+            workdir,
+            worker_log=workdir / "worker.log",
+        )
+        module_worker(live_server.url, real_runs.worker_log)
+        wait = ["--wait", "--poll", "2s", "--timeout", "20m"]
+        real_runs.first = real_runs.cli(
+            "submit", "spec.yaml", *wait, "--set-baseline", "main", "--summary", "first.md"
+        )
+        assert real_runs.first.code == 0, (
+            real_runs.first.explain() + real_runs.worker_log.read_text()[-3000:]
+        )
+        real_runs.second = real_runs.cli(
+            "submit", "spec.yaml", *wait, "--baseline", "latest:main",
+            "--summary", "second.md", "--name", "pull request",
+        )  # fmt: skip
+        assert real_runs.second.code in (0, 1), real_runs.second.explain()
+        real_runs.ids = list(Run.objects.order_by("created_at").values_list("public_id", flat=True))
+        real_runs.snapshot = snapshot()
+    return real_runs
+
+
+@pytest.fixture
+def real_runs(real: RealRuns, transactional_db: None) -> RealRuns:
+    """The two real runs, their measurements, environment, tokens and baseline mark, back
+    in the database if an earlier test's teardown emptied it."""
+    if not Run.objects.filter(public_id=real.ids[0]).exists():
+        from django.core import serializers
+        from django.db import transaction
+
+        with transaction.atomic():  # foreign keys are checked at commit
+            for obj in serializers.deserialize("json", real.snapshot):
+                obj.save()
+    return real
+
+
+# --------------------------------------------------------------------------- submit --wait
+
+
+def test_submit_wait_prints_the_permalink_progress_and_a_summary(real_runs):
+    first = real_runs.first
+    base_id, _ = real_runs.ids
+    lines = first.out.splitlines()
+    assert lines[0] == f"{real_runs.url}/runs/{base_id}/", first.explain()
+    # Progress on stderr: points done of total, ending at 3/3.
+    assert "0/3 points done" in first.err or "1/3 points done" in first.err, first.err
+    assert f"run {base_id[:8]} succeeded: 3/3 points done" in first.err
+    # The summary table: every point, with numbers.
+    for label in (
+        "hf-sequential",
+        "concurrency:max_concurrency=1",
+        "concurrency:max_concurrency=4",
+    ):
+        assert label in first.out
+    assert "out tok/s" in first.out and "succeeded" in first.out
+    assert f"marked run {base_id} as a baseline: latest:main" in first.err
+    summary = (real_runs.workdir / "first.md").read_text()
+    assert summary.startswith("### servebench:") and "| vllm |" in summary
+    run = Run.objects.get(public_id=base_id)
+    assert run.status == RunStatus.SUCCEEDED and run.name == "servebench CLI on the tiny model"
+
+
+def test_submit_with_the_baseline_compares_against_the_previous_run(real_runs):
+    second = real_runs.second
+    base_id, cand_id = real_runs.ids
+    assert second.out.splitlines()[0] == f"{real_runs.url}/runs/{cand_id}/"
+    assert f"base       {base_id}" in second.out, second.explain()
+    assert f"candidate  {cand_id}" in second.out
+    regressed = "WORSE" in second.out
+    assert second.code == (1 if regressed else 0), second.explain()
+    assert ("verdict: no regression" in second.out) is not regressed
+    summary = (real_runs.workdir / "second.md").read_text()
+    assert f"/compare/?runs={base_id},{cand_id}&baseline={base_id}" in summary
+    assert summary.startswith("### 🔴" if regressed else "### 🟢")
+
+
+# --------------------------------------------------------------------------- results, compare
+
+
+def test_results_of_a_real_run_in_every_format(real_runs):
+    run_id = real_runs.ids[0]
+    table = real_runs.cli("results", run_id)
+    assert table.code == 0 and "TTFT p99 ms" in table.out
+    doc = ResultDocument.model_validate_json(
+        real_runs.cli("results", run_id, "--format", "json").out
+    )
+    assert doc.status == "succeeded" and len(doc.measurements) == 3
+    assert all(m.detail.get("ttfts") for m in doc.measurements)
+    rows = list(
+        csv.DictReader(io.StringIO(real_runs.cli("results", run_id, "--format", "csv").out))
+    )
+    stored = {
+        (m.backend, m.point_key): m for m in Measurement.objects.filter(run__public_id=run_id)
+    }
+    assert {(r["backend"], r["point"]) for r in rows} == set(stored)
+    for row in rows:
+        m = stored[(row["backend"], row["point"])]
+        assert float(row["output_throughput"]) == m.output_throughput
+        assert float(row["p99_ttft_ms"]) == m.p99_ttft_ms
+
+
+def test_compare_two_real_runs_exits_as_the_verdict_says(real_runs):
+    from portal.benchmarks.services import result_document
+
+    base_id, cand_id = real_runs.ids
+    docs = [result_document(Run.objects.get(public_id=i)) for i in (base_id, cand_id)]
+    for args, (base, cand) in (((base_id, cand_id), docs), ((cand_id, base_id), docs[::-1])):
+        result = real_runs.cli("compare", *args, "--format", "json")
+        assert result.code in (0, 1), result.explain()
+        body = json.loads(result.out)
+        expected = compare_documents(base, cand)
+        assert body["regressed"] == expected.regressed
+        assert result.code == (1 if expected.regressed else 0)
+        assert [p["point"] for p in body["points"]] == [p.key for p in expected.points]
+        for point in body["points"]:
+            for metric in point["metrics"]:
+                assert metric["method"] != "none", metric
+    markdown = real_runs.cli("compare", base_id, cand_id, "--markdown", "--metric", "p99_itl_ms")
+    assert "| point | metric |" in markdown.out and "How the verdict was computed" in markdown.out
+
+
+def test_latest_main_resolves_to_the_newest_succeeded_run_of_the_series(real_runs):
+    base_id, cand_id = real_runs.ids
+    assert f"run          {base_id}" in real_runs.cli("status", "latest:main").out
+    marked = real_runs.cli("baseline", cand_id, "--label", "main")
+    assert marked.code == 0, marked.explain()
+    assert f"run          {cand_id}" in real_runs.cli("status", "latest:main").out
+    # Compared with latest:main, the newest run is never its own baseline.
+    again = real_runs.cli("compare", "latest:main", cand_id, "--metric", "output_throughput")
+    assert f"base       {base_id}" in again.out, again.explain()
+
+
+def test_a_run_that_fails_exits_2_with_its_reason(real_runs):
+    broken = real_spec("/nonexistent/model")
+    broken["backends"] = [{"kind": "hf-sequential", "num_prompts": 2, "num_warmups": 0}]
+    (real_runs.workdir / "broken.yaml").write_text(yaml.safe_dump(broken))
+    result = real_runs.cli(
+        "submit", "broken.yaml", "--wait", "--poll", "2s", "--timeout", "10m",
+        "--summary", "broken.md",
+    )  # fmt: skip
+    assert result.code == 2, result.explain()
+    error = [line for line in result.err.splitlines() if line.startswith("servebench: error:")]
+    assert len(error) == 1 and " failed: " in error[0], result.explain()
+    # The portal's reason points at the measurements; the line carries the first one's.
+    assert "first error: hf-sequential baseline: " in error[0], result.explain()
+    assert "servebench: error" in (real_runs.workdir / "broken.md").read_text()
