@@ -444,27 +444,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     if not args.wait:
         return EXIT_OK
-    try:
-        run = wait_for(client, run["id"], timeout=args.timeout, poll=args.poll)
-        document = client.result(run["id"])
+    run = wait_for(client, run["id"], timeout=args.timeout, poll=args.poll)
+    document = client.result(run["id"])
+    print()
+    print(render.results_table(document))
+    summary, code = render.results_markdown(run, document), EXIT_OK
+    if args.set_baseline:
+        client.mark_baseline(run["id"], args.set_baseline)
+        err(f"marked run {run['id']} as a baseline: latest:{args.set_baseline}")
+    if args.baseline:
+        base = resolve(
+            client, args.baseline, fingerprint=run.get("fingerprint") or "", before=run["id"]
+        )
+        comparison, url = run_comparison(client, args, base, run)
         print()
-        print(render.results_table(document))
-        summary, code = render.results_markdown(run, document), EXIT_OK
-        if args.set_baseline:
-            client.mark_baseline(run["id"], args.set_baseline)
-            err(f"marked run {run['id']} as a baseline: latest:{args.set_baseline}")
-        if args.baseline:
-            base = resolve(
-                client, args.baseline, fingerprint=run.get("fingerprint") or "", before=run["id"]
-            )
-            comparison, url = run_comparison(client, args, base, run)
-            print()
-            print(render.comparison_table(comparison, base, run), end="")
-            summary = render.comparison_markdown(comparison, base, run, url)
-            code = EXIT_REGRESSION if comparison.regressed else EXIT_OK
-    except ServebenchError as exc:
-        write_summary(args.summary, f"### 🔴 servebench: error\n\n{exc}\n")
-        raise
+        print(render.comparison_table(comparison, base, run), end="")
+        summary = render.comparison_markdown(comparison, base, run, url)
+        code = EXIT_REGRESSION if comparison.regressed else EXIT_OK
     write_summary(args.summary, summary)
     return code
 
@@ -603,11 +599,19 @@ def cmd_baselines(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (see module doc)."""
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ServebenchError as exc:
         err(f"servebench: error: {exc}")
+        summary = getattr(args, "summary", None)
+        if summary:
+            # The pipeline's comment step posts the summary whatever happened: say why.
+            try:
+                write_summary(summary, f"### 🔴 servebench: error\n\n{exc}\n")
+            except ServebenchError as again:
+                err(f"servebench: error: {again}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         err("servebench: interrupted; a submitted run keeps going (servebench cancel RUN)")

@@ -83,8 +83,11 @@ def test_an_invalid_spec_names_its_field_online_and_offline(cli, portal, tmp_pat
     bad = spec_dict(workload={"input_len": 0, "output_len": 16, "num_prompts": 8})
     spec = tmp_path / "bad.yaml"
     spec.write_text(yaml.safe_dump(bad))
-    line = one_error_line(cli("submit", str(spec), "--wait", url=url, token=token))
+    summary = tmp_path / "comment.md"
+    result = cli("submit", str(spec), "--wait", "--summary", str(summary), url=url, token=token)
+    line = one_error_line(result)
     assert "invalid spec: spec.workload.input_len: Input should be greater than" in line
+    assert "spec.workload.input_len" in summary.read_text()
     assert not Run.objects.exists()
     offline = cli("validate", str(spec))
     assert offline.code == 2
@@ -239,12 +242,22 @@ def test_the_exit_code_agrees_with_the_computed_verdict(cli, portal, personas, m
     assert result.code == (1 if expected.regressed else 0)
 
 
-def test_compare_refuses_a_failed_run_with_its_reason(cli, portal, personas, measured_run):
+def test_compare_refuses_a_failed_run_with_its_reason(
+    cli, portal, personas, measured_run, tmp_path
+):
     url, token, _ = portal
     base = measured_run(personas["owner"].user)
     failed = measured_run(personas["owner"].user, failed=True)
-    line = one_error_line(cli("compare", base.public_id, failed.public_id, url=url, token=token))
+    summary = tmp_path / "comment.md"
+    result = cli(
+        "compare", base.public_id, failed.public_id, "--summary", str(summary),
+        url=url, token=token,
+    )  # fmt: skip
+    line = one_error_line(result)
     assert f"candidate run {failed.public_id} failed: server failed to start" in line
+    # The comment a pipeline posts says why there is no verdict.
+    assert summary.read_text().startswith("### 🔴 servebench: error")
+    assert "server failed to start" in summary.read_text()
     same = one_error_line(cli("compare", base.public_id, base.public_id, url=url, token=token))
     assert "same run" in same
 
