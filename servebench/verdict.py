@@ -428,7 +428,8 @@ def welch_interval(
     se = math.sqrt(se2)
     t = t_quantile(1.0 - (1.0 - confidence) / 2.0, max(df, 1.0))
     diff = mc - mb
-    return ((diff - t * se) / mb, (diff + t * se) / mb)
+    # Metrics are positive, so candidate / base - 1 > -100% whatever the normal theory says.
+    return (max((diff - t * se) / mb, -1.0), (diff + t * se) / mb)
 
 
 def _percentile_interval(values: list[float], confidence: float) -> tuple[float, float]:
