@@ -86,6 +86,12 @@ class ServerMetrics(BaseModel):
     num_requests_running_peak: float | None = None
     num_requests_waiting_peak: float | None = None
     samples: int = 0
+    # The KV cache vLLM allocated (vllm:cache_config_info): capacity = blocks x block_size.
+    num_gpu_blocks: float | None = None
+    block_size: float | None = None
+    kv_cache_memory_bytes: float | None = None
+    cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
 
 
 class Measurement(BaseModel):

@@ -22,6 +22,7 @@ full parser took longer than the scrape itself).
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -67,10 +68,50 @@ def parse(text: str, wanted: tuple[str, ...] = WANTED) -> dict[str, float]:
     return out
 
 
-def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+CACHE_CONFIG = "vllm:cache_config_info"
+KV_CACHE_FIELDS = (
+    "num_gpu_blocks", "block_size", "kv_cache_memory_bytes", "cache_dtype",
+    "gpu_memory_utilization",
+)  # fmt: skip
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def cache_config(text: str) -> dict[str, float | str]:
+    """The KV cache vLLM actually allocated, from the ``vllm:cache_config_info`` labels.
+
+    ``num_gpu_blocks`` x ``block_size`` is the cache's capacity in tokens: what the
+    portal's capacity planning compares with the model's KV bytes per token. Blocks are
+    summed over engines (data parallelism); the other fields are taken as reported.
+    """
+    out: dict[str, float | str] = {}
+    for line in text.splitlines():
+        if not line.startswith(CACHE_CONFIG + "{"):
+            continue
+        labels = dict(_LABEL.findall(line[line.find("{") : line.rindex("}") + 1]))
+        for key in KV_CACHE_FIELDS:
+            value = labels.get(key)
+            if value in (None, "", "None"):
+                continue
+            try:
+                number = float(value)
+            except ValueError:
+                out[key] = value
+                continue
+            if key in ("num_gpu_blocks", "kv_cache_memory_bytes") and key in out:
+                out[key] = float(out[key]) + number
+            else:
+                out[key] = number
+    return out
+
+
+def scrape_text(base_url: str, timeout_s: float = 5.0) -> str:
     response = requests.get(f"{base_url}/metrics", timeout=timeout_s)
     response.raise_for_status()
-    return parse(response.text)
+    return response.text
+
+
+def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    return parse(scrape_text(base_url, timeout_s))
 
 
 def _kv_usage(sample: dict[str, float]) -> float | None:
@@ -118,6 +159,7 @@ class PointWatcher:
         self._after: dict[str, float] = {}
         self._peaks: dict[str, float] = {}
         self._samples = 0
+        self._cache: dict[str, float | str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="servebench-metrics", daemon=True)
         self._gpu = _GPUMemory()
@@ -149,7 +191,11 @@ class PointWatcher:
             self._sample()
 
     def __enter__(self) -> PointWatcher:
-        self._before = self._safe_scrape()
+        try:
+            text = scrape_text(self.base_url)
+            self._before, self._cache = parse(text), cache_config(text)
+        except (requests.RequestException, ValueError):
+            self._before = {}
         self._thread.start()
         return self
 
@@ -176,4 +222,5 @@ class PointWatcher:
             num_requests_running_peak=self._peaks.get("running"),
             num_requests_waiting_peak=self._peaks.get("waiting"),
             samples=self._samples,
+            **self._cache,
         )

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runners.server_metrics import PointWatcher, parse
+from runners.server_metrics import PointWatcher, cache_config, parse
 
 EXPOSITION = """\
 # HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
@@ -39,6 +39,23 @@ def test_it_reads_only_the_wanted_series_combining_engines():
         "vllm:prefix_cache_queries_total": 1000.0,
         "vllm:prefix_cache_hits_total": 250.0,
     }
+
+
+def test_it_reads_the_allocated_kv_cache_from_cache_config_info():
+    text = (
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",'
+        'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="27000",'
+        'prefix_caching_hash_algo="sha256"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="1",'
+        'gpu_memory_utilization="0.9",num_gpu_blocks="27000"} 1.0\n'
+    )
+    assert cache_config(text) == {
+        "block_size": 16.0,
+        "cache_dtype": "auto",
+        "gpu_memory_utilization": 0.9,
+        "num_gpu_blocks": 54000.0,  # two data-parallel engines
+    }
+    assert cache_config(EXPOSITION) == {}
 
 
 def test_older_releases_report_gpu_cache_usage():
