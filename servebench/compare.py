@@ -14,7 +14,7 @@ points is a failed run, which ``servebench compare`` refuses before getting here
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +199,3 @@ def notes(comparison: Comparison) -> list[str]:
                 if note not in out:
                     out.append(note)
     return out
-
-
-def metric_order(keys: Sequence[str]) -> list[str]:
-    return [parse_metric(k).key for k in keys]
