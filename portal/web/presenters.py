@@ -6,6 +6,7 @@ from typing import Any
 
 from portal.benchmarks.models import Environment, Measurement, Run
 from portal.benchmarks.points import RunResults
+from runners.environment import get as env_get
 
 
 def summary(results: RunResults) -> dict[str, Any]:
@@ -41,15 +42,6 @@ def environment_of(run: Run) -> Environment | None:
         return run.environment
     except Environment.DoesNotExist:
         return None
-
-
-def _get(snapshot: dict[str, Any], dotted: str) -> Any:
-    node: Any = snapshot
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 ENV_FACTS = [
@@ -98,7 +90,7 @@ def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the facts a reader checks first; the rest is in the JSON."""
     facts = []
     for label, path in ENV_FACTS:
-        value = _get(snapshot, path)
+        value = env_get(snapshot, path)
         if value is not None:
             facts.append((label, _display(value)))
     return facts
@@ -133,8 +125,8 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
             per_point[f"{backend} {point_key}"] = commands
     spec_file = f"servebench-{run.short_id}-spec.yaml"
     runner = f"python -m runners run {spec_file} --out result.json"
-    image = _known(_get(snapshot, "container.image"))
-    digest = _known(_get(snapshot, "container.image_digest"))
+    image = _known(env_get(snapshot, "container.image"))
+    digest = _known(env_get(snapshot, "container.image_digest"))
     container = ""
     if image:
         ref = f"{image.split('@')[0]}@{digest}" if digest.startswith("sha256:") else image
@@ -142,7 +134,7 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
             'docker run --rm --gpus all -v "$PWD:/work" -w /work '
             f"{ref} python -m runners run {spec_file} --out result.json"
         )
-    packages = _get(snapshot, "packages")
+    packages = env_get(snapshot, "packages")
     package_list = (
         "\n".join(f"{name}=={version}" for name, version in sorted(packages.items()))
         if isinstance(packages, dict)

@@ -7,15 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import webdata
 from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.benchmarks import services
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
-from runners.vllm_bench import split_result
-
-DATA = Path(__file__).resolve().parents[1] / "runners" / "data"
 
 pytestmark = pytest.mark.django_db
 
@@ -26,66 +24,16 @@ def signed_in(user: Any) -> Client:
     return client
 
 
-def recorded_measurement(point_value: int, path: str, repeat: int = 0) -> rr.Measurement:
-    """A measurement built by the runner's own parser from a recorded vLLM client output."""
-    metrics, raw, detail = split_result(json.loads((DATA / path).read_text()))
-    return rr.Measurement(
-        backend="vllm",
-        backend_kind="vllm",
-        point=rr.PointInfo(
-            key=f"concurrency:max_concurrency={point_value}",
-            sweep="concurrency",
-            axis="max_concurrency",
-            value=point_value,
-            input_len=128,
-            output_len=32,
-            max_concurrency=point_value,
-            num_prompts=32,
-        ),
-        repeat=repeat,
-        status="succeeded",
-        metrics=metrics,
-        server_metrics=rr.ServerMetrics(preemptions=0, kv_cache_usage_peak=0.31, samples=4),
-        commands={"serve": "vllm serve /models/tiny --dtype bfloat16", "bench": "vllm bench serve"},
-        raw=raw,
-        detail=detail,
-        started_at="2026-11-30T06:00:00+00:00",
-        finished_at="2026-11-30T06:00:09+00:00",
-        duration_s=9.0,
-    )
-
-
-def hf_measurement(throughput: float = 40.0) -> rr.Measurement:
-    return rr.Measurement(
-        backend="hf-sequential",
-        backend_kind="hf-sequential",
-        point=rr.PointInfo(
-            key="baseline",
-            sweep="baseline",
-            input_len=128,
-            output_len=32,
-            max_concurrency=1,
-            num_prompts=8,
-        ),
-        repeat=0,
-        status="succeeded",
-        metrics={"output_throughput": throughput, "p99_ttft_ms": 20.0, "request_throughput": 1.2},
-        commands={"hf": "python -m runners hf --model /models/tiny"},
-        started_at="2026-11-30T05:59:00+00:00",
-        finished_at="2026-11-30T05:59:30+00:00",
-        duration_s=30.0,
-    )
-
-
 @pytest.fixture
 def finished_run(make_run: Any, make_user: Any) -> Run:
     owner = make_user("alice")
     run = make_run(owner=owner, status=RunStatus.RUNNING)
-    services.ingest_measurement(run, hf_measurement())
-    services.ingest_measurement(run, recorded_measurement(4, "vllm-0.32-bench-serve-c4.json"))
-    services.ingest_measurement(
-        run, recorded_measurement(8, "vllm-0.32-bench-serve-c8-detailed.json")
-    )
+    services.ingest_measurement(run, webdata.hf_measurement())
+    for value, recording in ((4, webdata.RECORDED_C4), (8, webdata.RECORDED_C8)):
+        data = webdata.recording(recording)
+        services.ingest_measurement(
+            run, webdata.vllm_measurement("concurrency", "max_concurrency", value, data)
+        )
     services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run
@@ -111,7 +59,7 @@ def test_the_run_page_shows_numbers_charts_and_downloads_to_its_owner(finished_r
     assert summary["speedup"] == pytest.approx(summary["best"]["output_throughput"] / 40.0)
     assert "/static/vendor/plotly.min.js" in html  # served by us, never a CDN
     assert "cdn" not in html.lower()
-    assert "vllm serve /models/tiny" in html  # reproduce commands
+    assert "vllm serve org/tiny-model" in html  # reproduce commands
 
 
 def test_run_downloads_give_the_spec_and_the_result_document(finished_run: Run) -> None:

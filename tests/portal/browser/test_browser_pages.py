@@ -2,69 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+import webdata
 
 from portal.benchmarks import services
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
-from runners.vllm_bench import split_result
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-DATA = Path(__file__).resolve().parents[2] / "runners" / "data"
-
-
-def recorded(value: int, path: str) -> rr.Measurement:
-    """A measurement made by the runner's parser from a recorded vLLM bench client output."""
-    metrics, raw, detail = split_result(json.loads((DATA / path).read_text()))
-    return rr.Measurement(
-        backend="vllm",
-        backend_kind="vllm",
-        point=rr.PointInfo(
-            key=f"concurrency:max_concurrency={value}",
-            sweep="concurrency",
-            axis="max_concurrency",
-            value=value,
-            input_len=128,
-            output_len=32,
-            max_concurrency=value,
-            num_prompts=32,
-        ),
-        repeat=0,
-        status="succeeded",
-        metrics=metrics,
-        server_metrics=rr.ServerMetrics(preemptions=0, kv_cache_usage_peak=0.3, samples=3),
-        raw=raw,
-        detail=detail,
-        started_at="2026-11-30T06:00:00+00:00",
-        finished_at="2026-11-30T06:00:09+00:00",
-        duration_s=9.0,
-    )
-
-
-def baseline() -> rr.Measurement:
-    return rr.Measurement(
-        backend="hf-sequential",
-        backend_kind="hf-sequential",
-        point=rr.PointInfo(
-            key="baseline",
-            sweep="baseline",
-            input_len=128,
-            output_len=32,
-            max_concurrency=1,
-            num_prompts=8,
-        ),
-        repeat=0,
-        status="succeeded",
-        metrics={"output_throughput": 45.0, "request_throughput": 1.4, "p99_ttft_ms": 25.0},
-        started_at="2026-11-30T05:59:00+00:00",
-        finished_at="2026-11-30T05:59:30+00:00",
-        duration_s=30.0,
-    )
 
 
 def user_with_password(make_user: Any, name: str = "carol") -> tuple[Any, str]:
@@ -116,14 +63,17 @@ def test_the_run_page_shows_progress_live_then_the_charts(
     assert page.page.locator("#run-status").inner_text() == "Running"
     page.page.evaluate("window.__sameDocument = true")
 
-    services.ingest_measurement(run, baseline())
+    services.ingest_measurement(run, webdata.hf_measurement(45.0))
     services.ingest_event(run, rr.Event(type="progress", done=1, total=3))
     page.page.wait_for_function("document.getElementById('run-done').textContent === '1'")
     page.page.wait_for_selector("#summary-table")
     page.shot("run-live-progress")
 
-    services.ingest_measurement(run, recorded(4, "vllm-0.32-bench-serve-c4.json"))
-    services.ingest_measurement(run, recorded(8, "vllm-0.32-bench-serve-c8-detailed.json"))
+    for value, recording in ((4, webdata.RECORDED_C4), (8, webdata.RECORDED_C8)):
+        data = webdata.recording(recording)
+        services.ingest_measurement(
+            run, webdata.vllm_measurement("concurrency", "max_concurrency", value, data)
+        )
     services.ingest_event(run, rr.Event(type="progress", done=3, total=3))
     services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     page.page.wait_for_function(
