@@ -287,6 +287,10 @@ def build_job(
         service_account_name=cfg.service_account or None,
         automount_service_account_token=False,
         enable_service_links=False,  # thousands of env vars from Services help nobody here
+        # vLLM's engine processes outlive their parent's wait when the server is stopped;
+        # with a shared namespace the pause container is PID 1 and reaps them (no zombies
+        # in a runner that is PID 1 of its own container).
+        share_process_namespace=True,
     )
     annotations = {"servebench.dev/permalink": permalink} if permalink else None
     return client.V1Job(

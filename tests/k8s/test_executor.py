@@ -117,6 +117,7 @@ def test_dispatch_creates_a_job_that_the_api_server_accepts(k8s, make_run, kube_
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False
+    assert pod["shareProcessNamespace"] is True  # the pause container reaps vLLM's zombies
     assert pod["nodeSelector"] == {
         "servebench.dev/pool": "gpu",
         "zone": "a",
