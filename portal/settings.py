@@ -22,7 +22,10 @@ Variables (default in brackets):
     KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config]
   - SERVEBENCH_K8S_NAMESPACE: where runner Jobs go [the pod's / the context's namespace]
   - SERVEBENCH_K8S_RUNNER_IMAGE: runner image when the spec names none [none: runs fail
-    with a reason]; SERVEBENCH_K8S_IMAGE_PULL_POLICY [cluster default];
+    with a reason]; SERVEBENCH_ALLOWED_RUNNER_IMAGES: comma-separated images (or
+    prefixes ending in '*') a spec's resources.image may name; a runner gets the HF token
+    and the shared model cache, so users may not pick arbitrary images [only the default
+    runner image]; SERVEBENCH_K8S_IMAGE_PULL_POLICY [cluster default];
     SERVEBENCH_K8S_IMAGE_PULL_SECRETS: comma-separated Secret names []
   - SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: the runner Pods' service account [namespace
     default; its token is never mounted]
@@ -166,6 +169,7 @@ SERVEBENCH_K8S_KUBECONFIG = env.string("SERVEBENCH_K8S_KUBECONFIG", "")
 SERVEBENCH_K8S_CONTEXT = env.string("SERVEBENCH_K8S_CONTEXT", "")
 SERVEBENCH_K8S_NAMESPACE = env.string("SERVEBENCH_K8S_NAMESPACE", "")
 SERVEBENCH_K8S_RUNNER_IMAGE = env.string("SERVEBENCH_K8S_RUNNER_IMAGE", "")
+SERVEBENCH_ALLOWED_RUNNER_IMAGES = env.strings("SERVEBENCH_ALLOWED_RUNNER_IMAGES", [])
 SERVEBENCH_K8S_IMAGE_PULL_POLICY = env.choice(
     "SERVEBENCH_K8S_IMAGE_PULL_POLICY", "", ("", "Always", "IfNotPresent", "Never")
 )

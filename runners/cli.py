@@ -67,8 +67,11 @@ def _load_spec(source: str | None, preset_name: str | None) -> Spec:
 def cmd_run(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec, args.preset)
     reporter = None
+    # Taken out of the environment so the children (vLLM server, HF baseline, bench client,
+    # and any trust_remote_code model code in them) never see the run's token.
+    env_token = os.environ.pop(TOKEN_ENV, None)
     if args.report:
-        token = os.environ.get(TOKEN_ENV) or args.token
+        token = env_token or args.token
         if not token:
             raise UsageError(f"--report needs a run token: set {TOKEN_ENV} (or pass --token)")
         reporter = Reporter(args.report, token)

@@ -281,7 +281,8 @@ class VLLMBackend(Strict):
             except ValueError as exc:
                 raise FieldError(str(i), str(exc)) from None
             flag = arg.split("=", 1)[0]
-            if flag in _RESERVED_SERVE_FLAGS:
+            # vLLM's parser takes --api_key as --api-key: compare the dashed spelling.
+            if flag.startswith("--") and "--" + flag[2:].replace("_", "-") in _RESERVED_SERVE_FLAGS:
                 raise FieldError(str(i), f"extra argument {flag!r} is set by the runner")
         return v
 
@@ -588,12 +589,37 @@ def parse_spec(data: Any) -> Spec:
         raise SpecError(errors_from(exc)) from None
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases: a few hundred bytes of nested aliases expand
+    to gigabytes ("billion laughs"), and a spec never needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases (*name) are not accepted", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def safe_yaml(text: str) -> Any:
+    """Parse YAML or JSON text the way every spec reader must: safe types, no aliases.
+
+    Raises yaml.YAMLError (RecursionError is turned into one) with a problem_mark when
+    the position is known.
+    """
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+
+
 def loads_spec(text: str) -> Spec:
     """Parse YAML or JSON text (JSON is YAML) into a Spec, raising SpecError."""
     if len(text) > 1_000_000:
         raise SpecError([{"field": "", "message": "the spec is larger than 1 MB"}])
     try:
-        data = yaml.safe_load(text)
+        data = safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -408,6 +408,8 @@ def read_spec_text(path: str) -> str:
     """The spec file's text, checked to be YAML/JSON here (the portal checks the rest)."""
     import yaml
 
+    from runners.spec import safe_yaml
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -415,7 +417,7 @@ def read_spec_text(path: str) -> str:
     except UnicodeDecodeError:
         raise ServebenchError(f"cannot read the spec {path}: not UTF-8 text") from None
     try:
-        yaml.safe_load(text)
+        safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

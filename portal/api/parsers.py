@@ -8,6 +8,8 @@ import yaml
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
+from runners.spec import safe_yaml
+
 
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, plus: too-deep nesting is a 400, not a crash."""
@@ -19,29 +21,15 @@ class JSONParser(parsers.JSONParser):
             raise ParseError("JSON parse error - nested too deeply") from None
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors/aliases (no "billion laughs")."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases (*name) are not accepted", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
 def load_yaml(text: str) -> Any:
     """Parse YAML/JSON text safely; ParseError (400) with the line on failure."""
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        return safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid syntax"
         raise ParseError(f"YAML parse error{where}: {problem}") from None
-    except RecursionError:
-        raise ParseError("YAML parse error - nested too deeply") from None
 
 
 class YAMLParser(parsers.BaseParser):

@@ -2,7 +2,8 @@
 
 A re-run is an ordinary run of the same spec, named ``Re-run of <original public id>``
 (nothing is added to the spec, so it measures exactly the same thing). The original is
-found from that name and must be visible to the reader; the two are comparable when
+found from that name among the same owner's runs (anyone can name a run "Re-run of
+<id>", only the owner re-runs it) and must be visible to the reader; the two are comparable when
 their fingerprints (model, workload, engine configuration, GPU type) are equal.
 
 Reproduced means: at every point both runs measured, the re-run's mean output tok/s lies
@@ -50,7 +51,8 @@ def original_of(user: AbstractBaseUser | AnonymousUser, run: Run) -> Run | None:
         return None
     return (
         queries.visible_runs(user)
-        .filter(public_id=public_id, created_at__lte=run.created_at)
+        # The same owner: anyone can *name* a run "Re-run of <id>"; only the owner re-runs.
+        .filter(public_id=public_id, owner_id=run.owner_id, created_at__lte=run.created_at)
         .defer(*queries.LIST_DEFERRED)
         .first()
     )
@@ -60,7 +62,7 @@ def reruns_of(user: AbstractBaseUser | AnonymousUser, run: Run, limit: int = 20)
     """Re-runs of ``run`` that ``user`` may see, oldest first (one query)."""
     return list(
         queries.visible_runs(user)
-        .filter(name=rerun_name(run))
+        .filter(name=rerun_name(run), owner_id=run.owner_id)
         .defer(*queries.LIST_DEFERRED)
         .order_by("created_at", "id")[:limit]
     )

@@ -79,7 +79,7 @@ class RunForm(forms.Form):
                 return None
             return rs.preset(preset).model_dump(mode="json", exclude_none=True)
         try:
-            data = yaml.safe_load(text)
+            data = rs.safe_yaml(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from portal.benchmarks.models import Environment, Measurement, Run
@@ -130,9 +131,11 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
     container = ""
     if image:
         ref = f"{image.split('@')[0]}@{digest}" if digest.startswith("sha256:") else image
+        # The runner image's ENTRYPOINT is `python -m runners`; --init reaps vLLM's engine
+        # processes. The reference is runner-reported text: quoted, since people paste it.
         container = (
-            'docker run --rm --gpus all -v "$PWD:/work" -w /work '
-            f"{ref} python -m runners run {spec_file} --out result.json"
+            'docker run --rm --init --gpus all -v "$PWD:/work" -w /work '
+            f"{shlex.quote(ref)} run {spec_file} --out result.json"
         )
     packages = env_get(snapshot, "packages")
     package_list = (

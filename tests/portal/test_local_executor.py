@@ -7,6 +7,7 @@ exercised in test_dispatch_worker.py and test_end_to_end.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -167,6 +168,35 @@ def test_cancel_escalates_to_sigkill_when_the_runner_ignores_sigterm(
     status = wait_ended(executor, handle, timeout=10)
     assert status.state == ExecutorState.GONE  # the supervisor was SIGKILLed with it
     assert "no exit code" in status.reason
+
+
+def test_a_runner_killed_before_its_cleanup_takes_its_server_with_it(
+    make_run, stand_in, executor_for, handles
+):
+    # Like the real runner, the stand-in starts its "server" in a session of its own, and
+    # like a runner stuck in cleanup, it ignores SIGTERM until the grace runs out.
+    executor = executor_for(
+        stand_in(
+            "import subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "server = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+            " start_new_session=True)\n"
+            "print(server.pid, flush=True)\ntime.sleep(600)"
+        )
+    )
+    handle = executor.submit(make_run(), "sb_run_x")
+    handles.append((executor, handle))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = executor.logs(handle).strip().splitlines()
+        if lines and lines[-1].isdigit():
+            break
+        time.sleep(0.1)
+    server = psutil.Process(int(executor.logs(handle).strip().splitlines()[-1]))
+    executor.cancel(handle)
+    with contextlib.suppress(psutil.TimeoutExpired):
+        server.wait(timeout=10)
+    gone = not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    assert gone, "the runner's server outlived the cancel"
 
 
 def test_a_killed_runner_is_reported_with_its_signal(make_run, stand_in, executor_for, handles):

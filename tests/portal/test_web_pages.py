@@ -133,6 +133,11 @@ def test_the_form_starts_from_the_seed_preset(make_user: Any) -> None:
         ({"concurrency": "1, four"}, "concurrency", "not a positive whole number"),
         ({"concurrency": "4, 4"}, "concurrency", "unique"),
         ({"spec_text": "model: [unclosed"}, "spec_text", "not valid YAML"),
+        (
+            {"spec_text": "a: &a [x, x]\nb: [*a, *a]\nmodel: {id: a/b}"},
+            "spec_text",
+            "not valid YAML",
+        ),
         ({"spec_text": "model: {id: a/b}\nbogus: 1"}, "spec_text", "bogus: unknown field"),
         ({"preset": "", "spec_text": ""}, "spec_text", "choose a preset"),
     ],

@@ -273,3 +273,17 @@ def test_runners_never_import_django():
         "runners.environment; assert not [m for m in sys.modules if m.startswith('django')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_yaml_aliases_are_refused_so_a_tiny_spec_cannot_expand_to_gigabytes():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+    with pytest.raises(SpecError, match="not valid YAML"):
+        loads_spec(bomb + "model: {id: org/m}\n")
+
+
+def test_reserved_server_flags_are_refused_in_either_spelling():
+    for flag in ("--api-key=x", "--api_key=x", "--served_model_name", "--port"):
+        with pytest.raises(SpecError, match="is set by the runner"):
+            parse_spec(
+                {"model": {"id": "org/m"}, "backends": [{"kind": "vllm", "extra_args": [flag]}]}
+            )

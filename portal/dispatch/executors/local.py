@@ -225,9 +225,14 @@ class LocalExecutor(Executor):
 
     def cancel(self, handle: Handle) -> None:
         """SIGTERM the runner's process group, then SIGKILL whatever is left after the grace."""
-        if self._process(handle) is None:
+        supervisor = self._process(handle)
+        if supervisor is None:
             return
         pgid = int(handle["pgid"])
+        # The runner starts the vLLM server and bench client in sessions of their own (so
+        # it can stop each as a group); note them now, so that if the runner is killed
+        # before its own cleanup, they do not outlive it holding the GPU.
+        descendants = _descendants(supervisor)
         try:
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:
@@ -237,6 +242,17 @@ class LocalExecutor(Executor):
             time.sleep(0.2)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+        for proc in descendants:
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def _group_alive(pgid: int) -> bool:

@@ -41,7 +41,7 @@ def compare_figures(comparison: Comparison) -> list[dict[str, Any]]:
     for sweep in sweeps:
         axis = next(p.axis for p in comparison.points if p.sweep == sweep and p.axis)
         for kind, key, title, unit in CHARTS:
-            figure = _overlay(comparison, sweep, axis, key, f"{title} ({sweep})", unit)
+            figure = _overlay(comparison, sweep, axis, key, f"{title} ({esc(sweep)})", unit)
             if figure["data"]:
                 out.append(
                     {"id": f"{sweep}-{kind}", "sweep": sweep, "kind": kind, "figure": figure}
@@ -149,7 +149,7 @@ def _pareto(comparison: Comparison, sweep: str, axis: str) -> dict[str, Any]:
                 "hovertemplate": f"{short}=%{{customdata}}: %{{y:,.1f}} tok/s at %{{x:,.0f}} ms",
             }
         )
-    fig = layout(f"Throughput against TTFT ({sweep})", "p99 TTFT (ms)", "Output tokens/s")
+    fig = layout(f"Throughput against TTFT ({esc(sweep)})", "p99 TTFT (ms)", "Output tokens/s")
     fig["xaxis"]["rangemode"] = "tozero"
     fig["showlegend"] = False
     return {"data": traces, "layout": fig}

@@ -148,7 +148,7 @@ def throughput_figure(
             shapes.append(shape)
             annotations.append(note)
     title = THROUGHPUT_TITLES[metric]
-    fig_layout = layout(f"{title} ({sweep})", AXIS_TITLES.get(axis, axis), title, logx, all_x)
+    fig_layout = layout(f"{title} ({esc(sweep)})", AXIS_TITLES.get(axis, axis), title, logx, all_x)
     fig_layout["annotations"] = annotations
     fig_layout["shapes"] = shapes
     return {"data": traces, "layout": fig_layout}
@@ -210,7 +210,7 @@ def rates_figure(sweep: str, results: RunResults) -> dict[str, Any]:
             }
         )
     fig_layout = layout(
-        f"Requests/s and total tokens/s ({sweep})",
+        f"Requests/s and total tokens/s ({esc(sweep)})",
         AXIS_TITLES.get(axis, axis),
         "Requests/s",
         log_x(all_x, axis),
@@ -248,7 +248,7 @@ def latency_figure(sweep: str, results: RunResults, metric: str = "ttft") -> dic
     return {
         "data": traces,
         "layout": layout(
-            f"{LATENCY_NAMES[metric]} ({sweep})",
+            f"{LATENCY_NAMES[metric]} ({esc(sweep)})",
             AXIS_TITLES.get(axis, axis),
             "ms",
             log_x(all_x, axis),
@@ -328,7 +328,7 @@ def pareto_figure(
     if not traces:
         return None
     fig_layout = layout(
-        f"Throughput against TTFT ({sweep})", "p99 time to first token (ms)", "Output tokens/s"
+        f"Throughput against TTFT ({esc(sweep)})", "p99 time to first token (ms)", "Output tokens/s"
     )
     if budget_ms:
         shape, note = vline(budget_ms, f"TTFT budget {budget_ms:,.0f} ms", GOOD_COLOR, "dash")
@@ -482,7 +482,7 @@ def server_figure(
         return None
     note = "" if preempted else ", no preemptions"
     fig_layout = layout(
-        f"KV cache, GPU memory{note if note else ' and preemptions'} ({sweep})",
+        f"KV cache, GPU memory{note if note else ' and preemptions'} ({esc(sweep)})",
         AXIS_TITLES.get(axis, axis),
         "% (peak during the point)",
         log_x(all_x, axis),
