@@ -202,6 +202,7 @@ def test_tokens_are_shown_once_and_can_be_revoked(make_user: Any) -> None:
     assert plaintext not in client.get("/tokens/").content.decode()
     api = Client(headers={"Authorization": f"Bearer {plaintext}"})
     assert api.get("/api/v1/runs/").status_code == 200
+    assert client.post("/tokens/", {"revoke": "not-a-number"}).status_code == 302
     client.post("/tokens/", {"revoke": token.pk})
     assert api.get("/api/v1/runs/").status_code == 401
 

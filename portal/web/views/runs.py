@@ -198,6 +198,7 @@ def run_cancel(request: HttpRequest, public_id: str) -> HttpResponse:
     if services.cancel_run(run, by=request.user):
         messages.success(request, "The run is cancelled; its runner is being stopped.")
     else:
+        run.refresh_from_db(fields=["status"])
         messages.error(request, f"The run had already ended ({run.status}).")
     return redirect(run.get_absolute_url())
 

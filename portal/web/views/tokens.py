@@ -22,11 +22,18 @@ def tokens(request: HttpRequest) -> HttpResponse:
     form = TokenForm()
     if request.method == "POST":
         if "revoke" in request.POST:
-            token = ApiToken.objects.filter(
-                pk=request.POST.get("revoke"), user=request.user, kind=ApiToken.Kind.CI
-            ).first()
+            pk = request.POST.get("revoke", "")
+            token = (
+                ApiToken.objects.filter(
+                    pk=int(pk), user=request.user, kind=ApiToken.Kind.CI
+                ).first()
+                if pk.isdigit()
+                else None
+            )
             if token is not None and revoke_token(token):
                 messages.success(request, f"Token {token} is revoked.")
+            else:
+                messages.error(request, "No such token of yours, or it was already revoked.")
             return redirect("web:tokens")
         form = TokenForm(request.POST)
         if form.is_valid():
