@@ -332,7 +332,9 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_after_the_grace(
     assert status.reason.startswith(f"image pull failed: {IMAGE}: ")
 
 
-def test_an_invalid_image_name_fails_at_once(k8s, make_run, kubelet):
+def test_an_invalid_image_name_fails_at_once(k8s, make_run, kubelet, settings):
+    # An admin allowed it (SERVEBENCH_ALLOWED_RUNNER_IMAGES), but the node cannot parse it.
+    settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES = ["Registry.Example/*"]
     run = dispatched(make_run, spec=gpu_spec(image="Registry.Example/UPPER:tag"))
     pod = kubelet.pod_of(run.executor_handle["job"])
     kubelet.waiting(
