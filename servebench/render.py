@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runners.result import LATENCY_KEYS, THROUGHPUT_KEYS
 from servebench.compare import Comparison, describe_methods, notes
 from servebench.verdict import BETTER, NO_DATA, NOISE, THRESHOLD, WORSE, MetricVerdict
 
@@ -23,22 +24,8 @@ RESULT_COLUMNS = (
     ("ITL p99 ms", "p99_itl_ms"),
     ("E2E p99 ms", "p99_e2el_ms"),
 )
-CSV_METRICS = (
-    "duration",
-    "completed",
-    "failed",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "request_goodput",
-    *(
-        f"{stat}_{name}_ms"
-        for name in ("ttft", "tpot", "itl", "e2el")
-        for stat in ("mean", "median", "std", "p90", "p99")
-    ),
-)
+# Every metric of the result contract; p50 is vLLM's "median", so it is not repeated.
+CSV_METRICS = THROUGHPUT_KEYS + tuple(k for k in LATENCY_KEYS if not k.startswith("p50_"))
 MARK = {BETTER: "better", WORSE: "WORSE", NOISE: "within noise", THRESHOLD: "within threshold"}
 EMOJI = {BETTER: "🟢", WORSE: "🔴", NOISE: "⚪", THRESHOLD: "⚪", NO_DATA: "⚫"}
 

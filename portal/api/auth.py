@@ -29,16 +29,24 @@ def _bearer(request: Request) -> str | None:
     return value
 
 
+def _verified(request: Request, refused: str) -> ApiToken | None:
+    """The active token the request carries; None without one, 401 (``refused``) if bad."""
+    plaintext = _bearer(request)
+    if plaintext is None:
+        return None
+    token = verify_token(plaintext)
+    if token is None:
+        raise exceptions.AuthenticationFailed(refused)
+    return token
+
+
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer sb_ci_...``: the token's user, for the REST API."""
 
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
-        plaintext = _bearer(request)
-        if plaintext is None:
-            return None
-        token = verify_token(plaintext)
+        token = _verified(request, "invalid, expired or revoked token.")
         if token is None:
-            raise exceptions.AuthenticationFailed("invalid, expired or revoked token.")
+            return None
         if token.kind != ApiToken.Kind.CI:
             raise exceptions.AuthenticationFailed(
                 "a run token (sb_run_) only writes to its own run's runner endpoints."
@@ -53,12 +61,9 @@ class RunTokenAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer sb_run_...``: the runner of one run (``request.auth.run_id``)."""
 
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
-        plaintext = _bearer(request)
-        if plaintext is None:
-            return None
-        token = verify_token(plaintext)
+        token = _verified(request, "invalid, expired or revoked run token.")
         if token is None:
-            raise exceptions.AuthenticationFailed("invalid, expired or revoked run token.")
+            return None
         if token.kind != ApiToken.Kind.RUN or token.run_id is None:
             raise exceptions.AuthenticationFailed(
                 "runner endpoints take the run's own token (sb_run_...), not a user token."
