@@ -6,8 +6,8 @@ if command -v chromium >/dev/null 2>&1 || [ -n "${SERVEBENCH_CHROMIUM:-}" ]; the
 fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "servebench: installing chromium for the browser tests (once, ~1 min)" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium >&2
   exit 0
 fi
 echo "servebench: the browser tests need Chromium. Install it (Debian/Ubuntu: 'sudo apt-get install chromium')" >&2

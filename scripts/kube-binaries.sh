@@ -13,6 +13,9 @@ bin="$cache/bin"
 mkdir -p "$bin"
 log="$cache/build.log"
 
+# Wait for another apt/dpkg (the browser install, unattended upgrades) instead of failing.
+APT_LOCK="-o DPkg::Lock::Timeout=600"
+
 need_root() {
   if [ "$(id -u)" != 0 ]; then
     echo "servebench: building the test control plane needs root (apt-get). Run 'make test' as root," >&2
@@ -25,22 +28,24 @@ if [ ! -x "$bin/etcd" ]; then
   if ! command -v etcd >/dev/null 2>&1; then
     need_root
     echo "servebench: installing etcd (Debian package)" >&2
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >&2
+    apt-get $APT_LOCK update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK install -y -qq etcd-server >&2
   fi
-  ln -sf "$(command -v etcd)" "$bin/etcd"
+  etcd_path=$(command -v etcd) || { echo "servebench: etcd is still missing after apt-get install etcd-server" >&2; exit 1; }
+  ln -sf "$etcd_path" "$bin/etcd"
 fi
 
 if [ ! -x "$bin/kube-apiserver" ] || [ ! -x "$bin/kube-controller-manager" ]; then
   need_root
   echo "servebench: building kube-apiserver and kube-controller-manager 1.20.2 from Debian's source (6-9 min, once; log: $log)" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync jq dpkg-dev openssl >>"$log" 2>&1
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_LOCK install -y -qq golang-go rsync jq dpkg-dev openssl >>"$log" 2>&1
   if ! grep -rqsE "^(deb-src .*bookworm main|Types:.*deb-src)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
     # Same keyring as the binary entries, or apt refuses the conflicting Signed-By.
     keyring=/usr/share/keyrings/debian-archive-keyring.gpg
     printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: %s\n' \
       "$keyring" > /etc/apt/sources.list.d/servebench-src.sources
   fi
-  apt-get update -qq >>"$log" 2>&1
+  apt-get $APT_LOCK update -qq >>"$log" 2>&1
   src="$cache/src"
   rm -rf "$src" && mkdir -p "$src"
   (cd "$src" && apt-get source -qq kubernetes=1.20.5+really1.20.2-1.1+deb12u1) >>"$log" 2>&1

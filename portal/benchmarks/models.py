@@ -106,6 +106,13 @@ class Run(models.Model):
 
     executor = models.CharField(max_length=32, blank=True)
     executor_handle = models.JSONField(null=True, blank=True)
+    holds_slot = models.BooleanField(
+        default=False,
+        help_text=(
+            "The run occupies one of the executor's slots: set with the claim, cleared once "
+            "the executor confirms its runner has exited (not when the run's status ends)."
+        ),
+    )
 
     # Filter columns, copied from the spec (and the environment once the runner reports it).
     model_id = models.CharField(max_length=256)
@@ -156,6 +163,8 @@ class Run(models.Model):
             ),
             # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC.
             models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
+            # Slot accounting at every dispatch: WHERE holds_slot (a handful of rows).
+            models.Index(fields=["executor"], condition=Q(holds_slot=True), name="run_slot_holders"),
         ]
 
     def __str__(self) -> str:
@@ -231,6 +240,15 @@ class Measurement(models.Model):
     kv_cache_usage_peak = models.FloatField(null=True, blank=True, help_text="0..1")
     gpu_memory_peak_bytes = models.BigIntegerField(null=True, blank=True)
     prefix_cache_hit_rate = models.FloatField(null=True, blank=True, help_text="0..1")
+    conditions = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "How the point was measured (runners.result.Measurement.conditions): cores owned, "
+            "threads, host load, CPU steal, CPU time against wall time, and whether it was "
+            "contended, with the reasons."
+        ),
+    )
 
     metrics = models.JSONField(default=dict, blank=True, help_text="Every metric key sent.")
     server_metrics = models.JSONField(null=True, blank=True)
