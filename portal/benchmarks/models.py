@@ -164,7 +164,9 @@ class Run(models.Model):
             # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC.
             models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
             # Slot accounting at every dispatch: WHERE holds_slot (a handful of rows).
-            models.Index(fields=["executor"], condition=Q(holds_slot=True), name="run_slot_holders"),
+            models.Index(
+                fields=["executor"], condition=Q(holds_slot=True), name="run_slot_holders"
+            ),
         ]
 
     def __str__(self) -> str:
