@@ -14,7 +14,10 @@ test: nothing here asserts on time.
 
 Runs on the tiny CPU model by default (``--model DIR`` for another); ``--rounds N``
 alternates the order (manual first, then runner first, ...) so a warm compile cache
-does not favour one side.
+does not favour one side. Per point it also prints how much of the cores other processes
+used while the bench client ran (``runners.conditions``: the runner records it in each
+measurement, and the manual loop is watched the same way from here): on a shared
+machine, read the throughput ratios with it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import requests
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from runners import conditions  # noqa: E402
 from runners.tiny_model import ensure  # noqa: E402
 
 CONCURRENCY = (1, 4, 16)
@@ -47,7 +51,10 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def manual(model: str, args: argparse.Namespace, workdir: Path) -> tuple[float, float, dict]:
+Side = tuple[float, float, dict[int, float], dict[int, float]]  # wall, startup, tok/s, others
+
+
+def manual(model: str, args: argparse.Namespace, workdir: Path) -> Side:
     """The seed's loop, written the way a person would: no runners code involved."""
     port = _port()
     t0 = time.monotonic()
@@ -71,7 +78,7 @@ def manual(model: str, args: argparse.Namespace, workdir: Path) -> tuple[float, 
                 pass
             time.sleep(0.5)
         startup = time.monotonic() - t0
-        throughput = {}
+        throughput, others = {}, {}
         for c in CONCURRENCY:
             name = f"manual-c{c}.json"
             client = (
@@ -90,16 +97,20 @@ def manual(model: str, args: argparse.Namespace, workdir: Path) -> tuple[float, 
                 "--metric-percentiles", "50,90,99", "--disable-tqdm",
                 "--save-result", "--result-dir", str(workdir), "--result-filename", name,
             ]  # fmt: skip
-            with open(workdir / f"manual-c{c}.log", "wb") as log:
+            with (
+                open(workdir / f"manual-c{c}.log", "wb") as log,
+                conditions.Watch(conditions.own_cores()) as watch,
+            ):
                 subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True)
             throughput[c] = json.loads((workdir / name).read_text())["output_throughput"]
+            others[c] = watch.result().get("others_share", 0.0)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait()
-    return time.monotonic() - t0, startup, throughput
+    return time.monotonic() - t0, startup, throughput, others
 
 
-def runner(model: str, args: argparse.Namespace, workdir: Path) -> tuple[float, float, dict]:
+def runner(model: str, args: argparse.Namespace, workdir: Path) -> Side:
     spec = {
         "name": "harness overhead",
         "model": {"id": model, "max_model_len": 2048},
@@ -127,7 +138,11 @@ def runner(model: str, args: argparse.Namespace, workdir: Path) -> tuple[float, 
         int(m["point"]["max_concurrency"]): m["metrics"]["output_throughput"]
         for m in doc["measurements"]
     }
-    return wall, doc["timings"]["server_startup_s.vllm"], throughput
+    others = {
+        int(m["point"]["max_concurrency"]): m["conditions"].get("others_share", 0.0)
+        for m in doc["measurements"]
+    }
+    return wall, doc["timings"]["server_startup_s.vllm"], throughput, others
 
 
 def main() -> None:
@@ -142,15 +157,21 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = args.model or str(ensure())
 
-    results: dict[str, list[tuple[float, float, dict]]] = {"manual": [], "runner": []}
+    results: dict[str, list[Side]] = {"manual": [], "runner": []}
     for r in range(args.rounds):
         order = ("manual", "runner") if r % 2 == 0 else ("runner", "manual")
         for side in order:
             workdir = Path(tempfile.mkdtemp(prefix=f"servebench-overhead-{side}-"))
             fn = manual if side == "manual" else runner
             results[side].append(fn(model, args, workdir))
-            wall = results[side][-1][0]
-            print(f"round {r + 1}: {side} done in {wall:.1f} s", file=sys.stderr, flush=True)
+            wall, others = results[side][-1][0], results[side][-1][3]
+            print(
+                f"round {r + 1}: {side} done in {wall:.1f} s; other processes' share of the "
+                f"cores per point: {', '.join(f'{x:.0%}' for x in others.values())}; "
+                f"load {conditions.load_avg()}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def med(side: str, i: int) -> float:
         return statistics.median(x[i] for x in results[side])
@@ -168,10 +189,16 @@ def main() -> None:
         print(f"{label:24}{med(side, 0):>10.1f}{med(side, 1):>17.1f}")
     ratio = med("runner", 0) / med("manual", 0)
     print(f"{'ratio runner/manual':24}{ratio:>10.3f}   (target <= 1.10)\n")
-    print(f"{'concurrency':>12}{'manual tok/s':>15}{'runner tok/s':>15}{'runner/manual':>16}")
+    print(
+        f"{'concurrency':>12}{'manual tok/s':>15}{'runner tok/s':>15}{'runner/manual':>16}"
+        "   other processes' share of the cores (manual | runner, per round)"
+    )
     for c in CONCURRENCY:
         m, r = tput("manual", c), tput("runner", c)
-        print(f"{c:>12}{m:>15.1f}{r:>15.1f}{r / m:>16.3f}")
+        shares = " | ".join(
+            " ".join(f"{x[3][c]:.0%}" for x in results[side]) for side in ("manual", "runner")
+        )
+        print(f"{c:>12}{m:>15.1f}{r:>15.1f}{r / m:>16.3f}   {shares}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@ invalid spec, 130 interrupted (SIGINT or SIGTERM).
 
 The run token is read from SERVEBENCH_RUN_TOKEN (preferred: arguments show up in
 ``ps`` and in Kubernetes pod specs) or ``--token``.
+
+``run`` and ``hf`` own their cores (``runners.conditions``): ``--cpus 2-7`` or
+SERVEBENCH_CPUS gives them a core set, else every core the process may run on; the
+process pins itself to them and sizes its threads to them.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runners import tiny_model
-from runners.environment import capture, fingerprint
+from runners import conditions, tiny_model
+from runners.environment import capture
+from runners.fingerprint import fingerprint
 from runners.hf import HFConfig
 from runners.hf import run as run_hf
 from runners.progress import Progress
@@ -64,8 +69,19 @@ def _load_spec(source: str | None, preset_name: str | None) -> Spec:
 # --------------------------------------------------------------------------- commands
 
 
+def _own_cores(requested: str | None) -> conditions.Cores:
+    """Resolve and pin the cores this command owns (before any child is started)."""
+    try:
+        cores = conditions.own_cores(requested)
+        conditions.pin(cores)
+    except (conditions.CoreError, OSError) as exc:
+        raise UsageError(f"cannot own the cores: {exc}") from None
+    return cores
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec, args.preset)
+    cores = _own_cores(args.cpus)
     reporter = None
     # Taken out of the environment so the children (vLLM server, HF baseline, bench client,
     # and any trust_remote_code model code in them) never see the run's token.
@@ -84,12 +100,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"servebench: {spec.total_measurements()} measurements; logs in {workdir}"
         + (f"; result -> {out}" if out else "")
     )
+    progress.say(f"servebench: {cores.summary()}")
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise Interrupted()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    code = Runner(spec, workdir=workdir, out=out, reporter=reporter, progress=progress).run()
+    runner = Runner(
+        spec, workdir=workdir, out=out, reporter=reporter, progress=progress, cores=cores
+    )
+    code = runner.run()
     progress.say(f"servebench: done, exit code {int(code)}" + (f"; result in {out}" if out else ""))
     return code
 
@@ -142,6 +162,8 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 
 def cmd_hf(args: argparse.Namespace) -> int:
+    cores = _own_cores(args.cpus)
+    conditions.set_thread_env(cores)  # before torch is imported: OpenMP reads it once
     config = HFConfig(
         model=args.model,
         revision=args.revision,
@@ -156,7 +178,7 @@ def cmd_hf(args: argparse.Namespace) -> int:
         attn_implementation=args.attn_implementation,
     )
     try:
-        data = run_hf(config).to_json()
+        data = run_hf(config, cores).to_json()
         code = 0
     except Exception as exc:  # reported to the parent runner as the measurement's reason
         traceback.print_exc()
@@ -178,6 +200,15 @@ def _spec_source(p: argparse.ArgumentParser, required: bool = False) -> None:
         p.add_argument("--preset", help="a built-in spec instead of a file (see `presets`)")
 
 
+def _cpus_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cpus",
+        metavar="LIST",
+        help=f"the cores this benchmark owns, e.g. 2-7 or 0,2 (default: ${conditions.CPUS_ENV}, "
+        "else every core this process may run on); it pins itself and sizes threads to them",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m runners",
@@ -193,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help=f"run token (prefer the {TOKEN_ENV} environment variable)")
     p.add_argument("--workdir", help="logs and raw client output (default: a new temp dir)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _cpus_flag(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a spec; errors name the field (exit 2)")
@@ -229,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
     p.add_argument("--result", help="write the result JSON here instead of printing metrics")
+    _cpus_flag(p)
     p.set_defaults(func=cmd_hf)
     return parser
 

@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from runners import __version__
+from runners import __version__, conditions
 from runners.result import utcnow
 from runners.spec import Spec
 
@@ -293,6 +293,11 @@ def _host() -> dict[str, Any]:
         if cgroup_limit and cgroup_limit.isdigit() and int(cgroup_limit) < 2**62
         else None,
         "cgroup_cpu_limit": _cgroup_cpus(),
+        # Which cores (the runner pins itself before capturing), and how busy the host was
+        # then; each measurement's own conditions are in runners.conditions' record.
+        "cpu_affinity_list": conditions.format_cpu_list(conditions.affinity()),
+        "cgroup_cpuset": conditions.cgroup_cpuset(),
+        "load_avg": conditions.load_avg(),
     }
 
 
@@ -528,43 +533,3 @@ def capture(spec: Spec | None) -> dict[str, Any]:
         "env": relevant_env(),
         "packages": _packages(),
     }
-
-
-# What makes two runs comparable. Software versions are deliberately *not* in it: the
-# history of one fingerprint is how an upgrade of vLLM or the driver shows up.
-FINGERPRINT_FIELDS = (
-    "model id and resolved revision",
-    "model dtype, max_model_len, trust_remote_code",
-    "workload (every field) and the sweep points",
-    "backends: kind plus server configuration (vLLM) or baseline settings (HF)",
-    "GPU model and count",
-)
-
-
-def fingerprint(spec: Spec, environment: dict[str, Any]) -> str:
-    """sha256 hex over FINGERPRINT_FIELDS (stable key order, JSON-canonical)."""
-    backends = []
-    for b in spec.backends:
-        if b.kind == "vllm":
-            backends.append({"kind": b.kind, **b.server_config()})
-        else:
-            backends.append(b.model_dump(exclude={"name"}))
-    payload = {
-        "model": {
-            "id": spec.model.id,
-            "revision": get(environment, "model.revision") or spec.model.revision,
-            "tokenizer": spec.model.tokenizer,
-            "dtype": spec.model.dtype,
-            "max_model_len": spec.model.max_model_len,
-            "trust_remote_code": spec.model.trust_remote_code,
-        },
-        "workload": spec.workload.model_dump(mode="json"),
-        "points": [p.model_dump(mode="json") for p in spec.points()],
-        "backends": sorted(backends, key=lambda d: json.dumps(d, sort_keys=True)),
-        "gpu": {
-            "model": get(environment, "gpu.model") or UNKNOWN,
-            "count": get(environment, "gpu.count") or 0,
-        },
-    }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()

@@ -11,7 +11,15 @@ fair to it:
 - ``torch.inference_mode()`` and a device synchronisation around each timed request;
 - every token is timestamped as generate() emits it (a streamer receives each new token
   after it was copied to the CPU, which synchronises), giving TTFT and inter-token gaps,
-  so HF reports the same metrics as vLLM (see ``runners.latency``).
+  so HF reports the same metrics as vLLM (see ``runners.latency``). Throughput and these
+  timestamps come from the same pass: generate() already waits for every token on the
+  host to decide whether to stop, so the streamer adds a small copy and a Python call per
+  token, which ``bench/hf_overhead.py`` measures against a plain loop without it
+  (``raw["timing"]`` says so in every result);
+- it owns its cores: pinned to them, torch's threads sized to them
+  (``runners.conditions``), and the conditions of the timed loop (CPU time against wall
+  time, other processes on its cores, steal, load) recorded as ``conditions``, with
+  ``contended`` and the reasons when something competed for them.
 
 It runs on CUDA when present, else CPU. The runner executes it in a child process
 (``python -m runners hf ...``, also the reproduce command) so the model, the CUDA
@@ -26,7 +34,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runners import conditions as cond
 from runners.latency import client_metrics
+
+TIMING_NOTE = (
+    "one pass: throughput over the timed loop, TTFT and inter-token gaps from per-token "
+    "timestamps (a generate() streamer) in that same loop"
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,7 @@ class HFResult:
     gpu_memory_peak_bytes: int | None = None
     command: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    conditions: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,10 +168,16 @@ def _load(config: HFConfig, device):
     return tokenizer, model.to(device).eval()
 
 
-def run(config: HFConfig) -> HFResult:
-    """Measure the baseline. Raises on load errors; the caller records them as a failure."""
+def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
+    """Measure the baseline on ``cores`` (default: ``conditions.own_cores()``, pinned).
+
+    Raises on load errors; the caller records them as a failure.
+    """
+    cores = cores or cond.own_cores()
+    cond.pin(cores)
     import torch
 
+    torch.set_num_threads(cores.threads)
     device = _device()
     tokenizer, model = _load(config, device)
     # The embedding matrix is authoritative: tokenizers may list fewer ids, models
@@ -190,24 +211,27 @@ def run(config: HFConfig) -> HFResult:
     itls: list[list[float]] = []
     latencies: list[float] = []
     output_lens: list[int] = []
+    # The conditions bracket exactly the timed loop (after loading and warm-up).
+    watch = cond.Watch(cores, cpu_bound=device.type == "cpu", threads=torch.get_num_threads())
     with torch.inference_mode():
         for ids in warmups:
             generate(ids)
         _sync(device)
-        loop_start = time.perf_counter()
-        for ids in prompts:
-            clock = _TokenClock()
-            _sync(device)
-            start = time.perf_counter()
-            produced = generate(ids, clock)
-            _sync(device)
-            end = time.perf_counter()
-            times = clock.times[:produced]
-            ttfts.append(times[0] - start)
-            itls.append([b - a for a, b in itertools.pairwise(times)])
-            latencies.append(end - start)
-            output_lens.append(produced)
-        duration = time.perf_counter() - loop_start
+        with watch:
+            loop_start = time.perf_counter()
+            for ids in prompts:
+                clock = _TokenClock()
+                _sync(device)
+                start = time.perf_counter()
+                produced = generate(ids, clock)
+                _sync(device)
+                end = time.perf_counter()
+                times = clock.times[:produced]
+                ttfts.append(times[0] - start)
+                itls.append([b - a for a, b in itertools.pairwise(times)])
+                latencies.append(end - start)
+                output_lens.append(produced)
+            duration = time.perf_counter() - loop_start
 
     input_lens = [config.input_len] * config.num_prompts
     metrics = client_metrics(
@@ -227,6 +251,7 @@ def run(config: HFConfig) -> HFResult:
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "num_warmups": config.num_warmups,
         "seed": config.seed,
+        "timing": TIMING_NOTE,
     }
     detail = {
         "input_lens": input_lens,
@@ -242,4 +267,5 @@ def run(config: HFConfig) -> HFResult:
         gpu_memory_peak_bytes=peak,
         command=config.command(),
         config=asdict(config),
+        conditions=watch.result(),
     )

@@ -2,6 +2,8 @@
 
     [3/9] vllm concurrency:max_concurrency=16 r0  output 1115.2 tok/s  p99 TTFT 812 ms
 
+A measurement taken under CPU contention says so on its line, with the runner's reasons.
+
 stdout stays free for machine-readable output (``schema``, ``env``).
 """
 
@@ -25,6 +27,9 @@ def measurement_line(done: int, total: int, m: Measurement) -> str:
         parts.append(f"output {out:.1f} tok/s")
     if ttft is not None:
         parts.append(f"p99 TTFT {ttft:.0f} ms")
+    if m.conditions.get("contended"):
+        reasons = m.conditions.get("reasons") or ["see its conditions"]
+        parts.append(f"CONTENDED: {'; '.join(reasons)[:240]}")
     return "  ".join(parts)
 
 

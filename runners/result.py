@@ -8,7 +8,7 @@ One JSON document per run (``schema_version`` 1):
       "status": "succeeded" | "failed" | "partial",
       "spec": {...},                 # the spec as executed (defaults filled in)
       "environment": {...},          # runners.environment.capture()
-      "fingerprint": "sha256 hex",   # runners.environment.fingerprint()
+      "fingerprint": "sha256 hex",   # runners.fingerprint.fingerprint()
       "measurements": [Measurement, ...],
       "errors": [{"where": "...", "message": "..."}],
       "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...}
@@ -117,6 +117,15 @@ class Measurement(BaseModel):
     detail: dict[str, Any] = Field(
         default_factory=dict,
         description="Per-request arrays: input_lens, output_lens, ttfts, itls, latencies, errors.",
+    )
+    conditions: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "How it was measured (runners.conditions): cores owned, threads, CPU time against "
+            "wall time, other processes' CPU on its cores, steal, quota throttling, host load; "
+            "'contended' with plain 'reasons' when something competed for its cores. Empty in "
+            "documents written before it existed."
+        ),
     )
     started_at: str
     finished_at: str

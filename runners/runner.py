@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from runners import __version__, procs
+from runners import conditions as cond
 from runners.document import DocumentWriter
-from runners.environment import capture, fingerprint
+from runners.environment import capture
+from runners.fingerprint import fingerprint
 from runners.hf import HFConfig
 from runners.progress import Progress
 from runners.report import NoReporter, Reporter, ReportError, ReportRejected, RunCancelled
@@ -85,13 +87,17 @@ class Runner:
         out: Path | None = None,
         reporter: Reporter | NoReporter | None = None,
         progress: Progress | None = None,
+        cores: cond.Cores | None = None,
     ) -> None:
         self.spec = spec
+        # The cores this run owns (the CLI pinned the process to them; children inherit).
+        self.cores = cores or cond.own_cores()
         self.workdir = workdir
         self.reporter = reporter or NoReporter()
         self.progress = progress or Progress(quiet=True)
         self.writer = DocumentWriter(out)
         self.total = spec.total_measurements()
+        self.unstored: list[str] = []  # measurements the portal refused to store
         self._t0 = time.monotonic()
         self.document = ResultDocument(
             runner_version=__version__,
@@ -107,7 +113,9 @@ class Runner:
         self.writer.write(self.document)
         done = len(self.document.measurements)
         self.progress.measurement(done, self.total, m)
-        self._report(lambda: self.reporter.measurement(m))
+        if not self._report(lambda: self.reporter.measurement(m)):
+            # Kept in --out, but the portal does not have it: the run cannot succeed.
+            self.unstored.append(f"{m.backend} {m.point.key} r{m.repeat}")
         line = f"{m.backend} {m.point.key} r{m.repeat}: {m.status}"
         self._report(
             lambda: self.reporter.event(
@@ -115,12 +123,14 @@ class Runner:
             )
         )
 
-    def _report(self, call: Callable[[], object]) -> None:
-        """Post to the portal; a final refusal is noted and the run goes on."""
+    def _report(self, call: Callable[[], object]) -> bool:
+        """Post to the portal; a final refusal is noted (False) and the run goes on."""
         try:
             call()
         except ReportRejected as exc:
             self._error("report", str(exc))
+            return False
+        return True
 
     def _error(self, where: str, message: str) -> None:
         self.document.errors.append({"where": where, "message": message})
@@ -180,6 +190,8 @@ class Runner:
             "--result",
             str(result_path),
         ]
+        if self.cores.source == "--cpus":  # else it inherits the affinity or $SERVEBENCH_CPUS
+            argv += ["--cpus", self.cores.text]
         code = procs.run(argv, log_path, env=procs.python_env())
         fields: dict[str, Any] = {"commands": {"hf": config.command()}}
         data = json.loads(result_path.read_text()) if result_path.exists() else {}
@@ -195,6 +207,7 @@ class Runner:
                 "detail": data["detail"],
                 "raw": data["raw"],
                 "gpu_memory_peak_bytes": data.get("gpu_memory_peak_bytes"),
+                "conditions": data.get("conditions") or {},
             }
         return Measurement(
             backend=backend.name,
@@ -239,7 +252,13 @@ class Runner:
                     for point in points:
                         if server.alive:
                             m = measure_point(
-                                server, self.spec, backend, point, repeat, self.workdir
+                                server,
+                                self.spec,
+                                backend,
+                                point,
+                                repeat,
+                                self.workdir,
+                                cores=self.cores,
                             )
                         else:
                             reason = (
@@ -312,6 +331,15 @@ class Runner:
         except Exception as exc:
             self._error("runner", "".join(traceback.format_exception(exc))[-4000:])
             self._finish("failed", f"runner error: {type(exc).__name__}: {exc}")
+            return ExitCode.FAILED
+        if self.unstored:
+            refusal = next(e["message"] for e in self.document.errors if e["where"] == "report")
+            self._finish(
+                "failed",
+                f"the portal could not store {len(self.unstored)} measurement(s) "
+                f"({', '.join(self.unstored[:3])}{', ...' if len(self.unstored) > 3 else ''}): "
+                f"{refusal}. They are in the runner's result file.",
+            )
             return ExitCode.FAILED
         ok = [m for m in self.document.measurements if m.status == "succeeded"]
         if len(ok) == len(self.document.measurements) == self.total:

@@ -12,6 +12,7 @@ many measurements a run has.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,9 @@ MAX_SWEEPS = 8
 MAX_BACKENDS = 8
 MAX_REPEATS = 10
 MAX_POINTS = 256
+MAX_CONCURRENCY = 100_000  # as many as num_prompts may be: "no limit" is expressible
+MAX_JSON_DEPTH = 32
+MAX_JSON_INT = 2**63 - 1
 
 
 class FieldError(ValueError):
@@ -72,9 +76,54 @@ def _safe(value: str, what: str, pattern: re.Pattern[str] = _SAFE) -> str:
 
 
 class Strict(BaseModel):
-    """Base for every spec section: unknown fields are errors, assignments re-validate."""
+    """Base for every spec section: unknown fields are errors, assignments re-validate,
+    and numbers are finite (``1e400``, YAML's ``.inf`` and NaN are errors, not values)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def json_problem(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """The first part of a parsed JSON/YAML value that cannot be stored and shown safely:
+    (dotted path, why), or None. Refused: NUL characters and lone surrogates in strings
+    (PostgreSQL cannot store them), non-finite numbers, integers beyond 64 bits, nesting
+    deeper than MAX_JSON_DEPTH, and anything that is not a JSON type.
+
+    The portal checks specs and runner payloads with it before anything else reads them.
+    """
+    if isinstance(value, str):
+        if "\x00" in value:
+            return path, "text must not contain NUL characters"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path, "text must be valid Unicode (a lone surrogate is not)"
+        return None
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if abs(value) > MAX_JSON_INT:
+            return path, "integer out of range (at most 64 bits)"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, "number must be finite (not inf or NaN)")
+    if depth >= MAX_JSON_DEPTH:
+        return path, f"nested more than {MAX_JSON_DEPTH} levels deep"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, str):
+                return path, f"keys must be strings, not {type(key).__name__}"
+            problem = json_problem(key, where, depth + 1) or json_problem(item, where, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{path}.{i}" if path else str(i), depth + 1)
+            if problem:
+                return problem
+        return None
+    return path, f"a {type(value).__name__} is not a JSON value"
 
 
 class ModelSpec(Strict):
@@ -122,7 +171,14 @@ class Workload(Strict):
     prefix_len: int = Field(0, ge=0, le=1_048_576, description="Shared prefix tokens per prompt.")
     num_prompts: int = Field(256, ge=1, le=100_000, description="Requests per sweep point.")
     max_concurrency: int = Field(
-        1, ge=1, le=4096, description="Requests in flight at once (the client's limit)."
+        1,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description=(
+            "Requests in flight at once (the client's limit). When request_rate drives the "
+            "load (a request_rate sweep, or request_rate set) and this is not given, there "
+            "is no limit: it is set to num_prompts."
+        ),
     )
     request_rate: float | None = Field(
         None, gt=0, description="Poisson arrival rate in requests/s; null sends all at once."
@@ -163,7 +219,7 @@ class WorkloadOverrides(Strict):
 
     input_len: int | None = Field(None, ge=1, le=1_048_576)
     output_len: int | None = Field(None, ge=1, le=1_048_576)
-    max_concurrency: int | None = Field(None, ge=1, le=4096)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     num_prompts: int | None = Field(None, ge=1, le=100_000)
     request_rate: float | None = Field(None, gt=0)
 
@@ -229,6 +285,136 @@ class HFBackend(Strict):
 # name, without a key (and a key on a command line would be a leaked secret).
 _RESERVED_SERVE_FLAGS = ("--host", "--port", "--model", "--served-model-name", "--api-key")
 
+# Flags that have a spec field of their own: the field is what the portal checks (remote
+# code needs an admin's permission), compares (the fingerprint) and shows.
+FIELD_FLAGS = {
+    "--dtype": "model.dtype",
+    "--max-model-len": "model.max_model_len",
+    "--revision": "model.revision",
+    "--tokenizer": "model.tokenizer",
+    "--trust-remote-code": "model.trust_remote_code",
+    "--no-trust-remote-code": "model.trust_remote_code",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--no-enable-prefix-caching": "enable_prefix_caching",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--max-num-seqs": "max_num_seqs",
+    "--quantization": "quantization",
+    "-q": "quantization",
+    "--block-size": "block_size",
+    "--enforce-eager": "enforce_eager",
+    "--no-enforce-eager": "enforce_eager",
+    "--speculative-config": "speculative_config",
+}
+
+# The only `vllm serve` flags extra_args may carry: engine tuning that reads no file, loads
+# no code, opens no address and has no spec field. Exact spellings only (vLLM's parser
+# also takes unique prefixes, so `--ho` would be `--host`; '_' for '-' is accepted as
+# vLLM accepts it). tests/runners/test_spec.py checks each is a real vLLM flag and that
+# whatever passes leaves the runner's own settings alone under vLLM's parser.
+ALLOWED_EXTRA_FLAGS = frozenset(
+    {
+        # scheduling and batching
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--long-prefill-token-threshold",
+        "--scheduling-policy",
+        "--async-scheduling",
+        "--no-async-scheduling",
+        "--stream-interval",
+        "--max-logprobs",
+        # memory and the KV cache
+        "--cpu-offload-gb",
+        "--kv-cache-memory-bytes",
+        "--num-gpu-blocks-override",
+        "--disable-hybrid-kv-cache-manager",
+        "--no-disable-hybrid-kv-cache-manager",
+        "--disable-sliding-window",
+        "--no-disable-sliding-window",
+        "--prefix-caching-hash-algo",
+        "--mamba-ssm-cache-dtype",
+        "--mamba-cache-dtype",
+        # kernels and compilation
+        "--optimization-level",
+        "--max-cudagraph-capture-size",
+        "--cudagraph-capture-sizes",
+        "--attention-backend",
+        "--disable-cascade-attn",
+        "--no-disable-cascade-attn",
+        "--disable-custom-all-reduce",
+        "--no-disable-custom-all-reduce",
+        # parallelism beyond tensor parallelism (counted against resources.gpu_count)
+        "--pipeline-parallel-size",
+        "--data-parallel-size",
+        "--enable-expert-parallel",
+        "--no-enable-expert-parallel",
+        "--enable-eplb",
+        "--no-enable-eplb",
+        "--enable-dbo",
+        "--no-enable-dbo",
+        # loading
+        "--seed",
+        "--max-parallel-loading-workers",
+        "--safetensors-load-strategy",
+    }
+)
+# Flags whose value multiplies the GPUs one server uses (with tensor_parallel_size).
+PARALLEL_FLAGS = ("--pipeline-parallel-size", "--data-parallel-size")
+
+
+def _flag_name(arg: str) -> str:
+    """The flag an argv element names, spelled as vLLM's parser reads it ('_' -> '-')."""
+    key = arg.split("=", 1)[0]
+    return "--" + key[2:].replace("_", "-") if key.startswith("--") else key
+
+
+def check_extra_args(args: list[str]) -> None:
+    """FieldError (field: the element's index) unless every element of ``args`` is an
+    allowed flag (ALLOWED_EXTRA_FLAGS, exact spelling) or a plain value after one."""
+    for i, arg in enumerate(args):
+        try:
+            _safe(arg.lstrip("-") or "-", "extra argument")
+        except ValueError as exc:
+            raise FieldError(str(i), str(exc)) from None
+        if not arg.startswith("-"):
+            if i == 0:
+                raise FieldError(str(i), f"extra_args must start with a flag, not {arg!r}")
+            continue
+        flag = _flag_name(arg)
+        if flag in ALLOWED_EXTRA_FLAGS:
+            continue
+        if len(flag) > 3 and any(r.startswith(flag) for r in _RESERVED_SERVE_FLAGS):
+            # vLLM takes a unique prefix for the whole flag: '--ho' is '--host'.
+            raise FieldError(str(i), f"extra argument {flag!r} is set by the runner")
+        if flag in FIELD_FLAGS:
+            raise FieldError(
+                str(i),
+                f"extra argument {flag!r} has a spec field of its own: set "
+                f"{FIELD_FLAGS[flag]} instead",
+            )
+        raise FieldError(
+            str(i),
+            f"extra argument {flag!r} is not one servebench passes to vLLM (exact spellings "
+            "only; the allowed flags are listed in the spec schema, `python -m runners "
+            "schema`, under extra_args)",
+        )
+
+
+def parallel_size(args: list[str], flag: str) -> int:
+    """The value ``args`` give ``flag`` (``--flag N`` or ``--flag=N``); 1 if absent."""
+    value = "1"
+    for i, arg in enumerate(args):
+        if _flag_name(arg) != flag:
+            continue
+        if "=" in arg:
+            value = arg.split("=", 1)[1]
+        elif i + 1 < len(args):
+            value = args[i + 1]
+    return int(value) if value.isdecimal() and len(value) < 6 else 0
+
 
 class VLLMBackend(Strict):
     """A vLLM OpenAI-compatible server, measured with vLLM's own bench client."""
@@ -256,7 +442,12 @@ class VLLMBackend(Strict):
     extra_args: list[str] = Field(
         default_factory=list,
         max_length=32,
-        description="Further `vllm serve` flags, one argv element each (no shell).",
+        description=(
+            "Further `vllm serve` flags, one argv element each (no shell), from this list: "
+            + ", ".join(sorted(ALLOWED_EXTRA_FLAGS))
+            + ". Flags with a spec field of their own (dtype, tensor parallelism, remote "
+            "code...) are set through that field."
+        ),
     )
     startup_timeout_s: int = Field(900, ge=10, le=7200)
 
@@ -275,16 +466,19 @@ class VLLMBackend(Strict):
     @field_validator("extra_args")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
-        for i, arg in enumerate(v):
-            try:
-                _safe(arg.lstrip("-") or "-", "extra argument")
-            except ValueError as exc:
-                raise FieldError(str(i), str(exc)) from None
-            flag = arg.split("=", 1)[0]
-            # vLLM's parser takes --api_key as --api-key: compare the dashed spelling.
-            if flag.startswith("--") and "--" + flag[2:].replace("_", "-") in _RESERVED_SERVE_FLAGS:
-                raise FieldError(str(i), f"extra argument {flag!r} is set by the runner")
+        check_extra_args(v)
+        for flag in PARALLEL_FLAGS:
+            if parallel_size(v, flag) < 1:
+                raise ValueError(f"{flag} needs a whole number of at least 1")
         return v
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs one server of this configuration uses: tensor x pipeline x data parallel."""
+        size = self.tensor_parallel_size
+        for flag in PARALLEL_FLAGS:
+            size *= parallel_size(self.extra_args, flag)
+        return size
 
     def server_config(self) -> dict[str, Any]:
         """The fields that need a server of their own (everything but the name)."""
@@ -312,7 +506,14 @@ class Resources(Strict):
     """Where the run executes (used by the Kubernetes executor; ignored locally)."""
 
     gpu_count: int = Field(1, ge=0, le=64)
-    gpu_type: str | None = Field(None, description="e.g. 'H100-80GB'; matched to a node label.")
+    gpu_type: str | None = Field(
+        None,
+        description=(
+            "The node label value of the GPU type (GPU feature discovery's "
+            "nvidia.com/gpu.product, e.g. 'NVIDIA-H100-80GB-HBM3'); a portal accepts the "
+            "types its admin listed."
+        ),
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=16)
     image: str | None = Field(None, description="Runner image; the deployment's default if null.")
     cpu: str | None = Field(None, description="CPU request, Kubernetes quantity ('8').")
@@ -376,6 +577,9 @@ class Spec(Strict):
                 raise FieldError(
                     f"sweeps.{i}.name", "'baseline' is reserved for the HF baseline point"
                 )
+        self._dataset_rules()
+        self._parallelism_rules()
+        self._unlimited_concurrency_under_a_rate()
         npoints = len(self.points()) * len(self.vllm_backends) * self.repeats
         npoints += len(self.hf_backends) * self.repeats
         if npoints > MAX_POINTS:
@@ -409,6 +613,65 @@ class Spec(Strict):
                     f"model.max_model_len {self.model.max_model_len}",
                 )
         return self
+
+    def _dataset_rules(self) -> None:
+        """ShareGPT prompts come from the file: the HF baseline (random prompts of
+        input_len tokens) would measure something else, and input_len changes nothing."""
+        if self.workload.dataset != "sharegpt":
+            return
+        for i, b in enumerate(self.backends):
+            if isinstance(b, HFBackend):
+                raise FieldError(
+                    f"backends.{i}.kind",
+                    "the HF baseline sends random prompts of input_len tokens, not the "
+                    "ShareGPT prompts of the vLLM points, so the two would not compare; "
+                    "remove the hf-sequential backend or use dataset 'random'",
+                )
+        for i, sweep in enumerate(self.sweeps):
+            if sweep.axis == "input_len":
+                raise FieldError(
+                    f"sweeps.{i}.axis",
+                    "with dataset 'sharegpt' the prompts come from the file, so an input_len "
+                    "sweep changes nothing; sweep output_len, max_concurrency or "
+                    "request_rate, or use dataset 'random'",
+                )
+            if sweep.fixed.input_len is not None:
+                raise FieldError(
+                    f"sweeps.{i}.fixed.input_len",
+                    "with dataset 'sharegpt' the prompts come from the file; input_len "
+                    "changes nothing",
+                )
+
+    def _parallelism_rules(self) -> None:
+        """A server may not use more GPUs than the run asks for (a CPU run: one)."""
+        gpus = self.resources.gpu_count
+        for i, b in enumerate(self.backends):
+            if not isinstance(b, VLLMBackend) or b.gpus_per_server <= max(gpus, 1):
+                continue
+            field = (
+                "tensor_parallel_size" if b.tensor_parallel_size > max(gpus, 1) else "extra_args"
+            )
+            raise FieldError(
+                f"backends.{i}.{field}",
+                f"backend {b.name!r} uses {b.gpus_per_server} GPUs (tensor x pipeline x data "
+                f"parallel) but resources.gpu_count is {gpus}; raise resources.gpu_count or "
+                "lower the parallelism",
+            )
+
+    def _unlimited_concurrency_under_a_rate(self) -> None:
+        """Under a request rate the arrivals set the load: unless the spec caps it, the
+        client's concurrency is unlimited (num_prompts), written into the spec so the
+        spec as executed says so (the default of 1 would silently serialise the rate)."""
+        if "max_concurrency" in self.workload.model_fields_set:
+            return
+        w = self.workload
+        if w.request_rate is not None and w.max_concurrency < w.num_prompts:
+            self.workload = w.model_copy(update={"max_concurrency": w.num_prompts})
+        for sweep in self.sweeps:
+            if sweep.axis != "request_rate" or sweep.fixed.max_concurrency is not None:
+                continue
+            prompts = sweep.fixed.num_prompts or self.workload.num_prompts
+            sweep.fixed = sweep.fixed.model_copy(update={"max_concurrency": prompts})
 
     @property
     def hf_backends(self) -> list[HFBackend]:
@@ -583,6 +846,9 @@ def parse_spec(data: Any) -> Spec:
     """Validate a mapping (already parsed JSON/YAML) into a Spec, raising SpecError."""
     if not isinstance(data, dict):
         raise SpecError([{"field": "", "message": "a spec must be a mapping (JSON object)"}])
+    problem = json_problem(data)
+    if problem:
+        raise SpecError([{"field": problem[0], "message": problem[1]}])
     try:
         return Spec.model_validate(data)
     except ValidationError as exc:
@@ -605,13 +871,16 @@ class _NoAliasLoader(yaml.SafeLoader):
 def safe_yaml(text: str) -> Any:
     """Parse YAML or JSON text the way every spec reader must: safe types, no aliases.
 
-    Raises yaml.YAMLError (RecursionError is turned into one) with a problem_mark when
-    the position is known.
+    Raises yaml.YAMLError with a problem_mark when the position is known; nesting too
+    deep and numbers Python cannot read (an integer of thousands of digits) are YAML
+    errors too, never anything else.
     """
     try:
         return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # int('9' * 5000) in the int constructor
+        raise yaml.YAMLError(f"a value cannot be read: {str(exc)[:120]}") from None
 
 
 def loads_spec(text: str) -> Spec:

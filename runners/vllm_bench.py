@@ -8,11 +8,19 @@ per-request arrays) and ``detail`` (the arrays, minus generated texts).
 
 A point where any request failed, or none completed, is a *failed* measurement carrying
 the client's errors; its metrics are left empty so no chart ever plots a zero.
+
+The client run is bracketed by ``runners.conditions.Watch``: the ``conditions`` of the
+point (CPU time of the server, its engine and the client against wall time, other
+processes on the owned cores, steal, load) and whether something competed for them.
+vLLM's CPU build binds its OpenMP threads within the runner's cores
+(``VLLM_CPU_OMP_THREADS_BIND=auto`` follows the affinity the runner pinned, which the
+server inherits); the value in effect is recorded.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -21,6 +29,7 @@ from typing import Any
 
 import requests
 
+from runners import conditions as cond
 from runners import procs
 from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
 from runners.server_metrics import PointWatcher
@@ -157,6 +166,7 @@ def measure_point(
     point: Point,
     repeat: int,
     workdir: Path,
+    cores: cond.Cores | None = None,
 ) -> Measurement:
     """Run the bench client for one point against ``server``; never raises for a bad point.
 
@@ -173,12 +183,16 @@ def measure_point(
         "commands": {"serve": server.command(), "bench": bench_command(flags)},
     }
     error: str | None = None
+    # vLLM's CPU build binds its OpenMP threads by this (GPU builds ignore it).
+    extra = {"vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")}
     try:
         if backend.enable_prefix_caching:
             server.reset_prefix_cache()
         with PointWatcher(server.base_url) as watcher:
             argv = [sys.executable, "-m", "runners.bench_client", *flags]
-            code = procs.run(argv, log_path, env=procs.python_env())
+            with cond.Watch(cores or cond.own_cores(), extra=extra) as watch:
+                code = procs.run(argv, log_path, env=procs.python_env())
+        fields["conditions"] = watch.result()
         fields["server_metrics"] = watcher.result()
         fields["gpu_memory_peak_bytes"] = watcher.gpu_peak
         if not server.alive:

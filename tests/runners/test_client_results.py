@@ -16,7 +16,16 @@ import pytest
 
 from runners.latency import client_metrics
 from runners.result import LATENCY_KEYS, METRIC_KEYS
-from runners.spec import SLO, Point, Spec, VLLMBackend, parse_spec
+from runners.spec import (
+    ALLOWED_EXTRA_FLAGS,
+    FIELD_FLAGS,
+    SLO,
+    Point,
+    Spec,
+    SpecError,
+    VLLMBackend,
+    parse_spec,
+)
 from runners.vllm_bench import bench_flags, client_failure, split_result
 from runners.vllm_server import serve_flags
 
@@ -111,6 +120,7 @@ def _spec(**backend) -> Spec:
                 "burstiness": 0.5,
             },
             "backends": [{"kind": "vllm", **backend}],
+            "resources": {"gpu_count": 2},
         }
     )
 
@@ -182,7 +192,8 @@ def test_serve_flags_mean_what_the_spec_says(serve_parser):
         max_num_seqs=64,
         tensor_parallel_size=2,
         speculative_config={"method": "ngram", "num_speculative_tokens": 4},
-        extra_args=["--max-num-batched-tokens=4096"],
+        max_num_batched_tokens=4096,
+        extra_args=["--no-enable-chunked-prefill"],
     )
     backend = spec.vllm_backends[0]
     args = serve_parser.parse_args(["--model", "/models/tiny", *serve_flags(spec, backend)])
@@ -190,7 +201,7 @@ def test_serve_flags_mean_what_the_spec_says(serve_parser):
     assert (args.dtype, args.max_model_len, args.kv_cache_dtype) == ("bfloat16", 2048, "fp8")
     assert (args.gpu_memory_utilization, args.max_num_seqs) == (0.8, 64)
     assert args.tensor_parallel_size == 2 and args.trust_remote_code
-    assert args.max_num_batched_tokens == 4096
+    assert args.max_num_batched_tokens == 4096 and args.enable_chunked_prefill is False
     assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 4}
 
 
@@ -227,3 +238,61 @@ def test_server_config_groups_ignore_names_and_timeouts():
     groups = server_groups(spec)
     assert [[b.name for b in g] for g in groups] == [["a", "b"], ["c"]]
     assert isinstance(groups[0][0], VLLMBackend)
+
+
+# --------------------------------------------------------------------------- extra_args
+
+
+def test_every_flag_extra_args_may_name_is_a_real_vllm_serve_flag(serve_parser):
+    known = set(serve_parser._option_string_actions)
+    assert known >= ALLOWED_EXTRA_FLAGS, sorted(ALLOWED_EXTRA_FLAGS - known)
+    assert set(FIELD_FLAGS) <= known, sorted(set(FIELD_FLAGS) - known)
+
+
+RUNNER_OWNED = {
+    "host": "127.0.0.1",
+    "port": 1234,
+    "api_key": None,
+    "served_model_name": None,
+    "trust_remote_code": False,
+    "tensor_parallel_size": 1,
+    "dtype": "bfloat16",
+}
+
+
+def test_nothing_extra_args_accept_reaches_what_the_runner_or_a_field_sets(serve_parser):
+    """Under vLLM's own parser (prefixes, '_' for '-'), every allowed flag, with a value
+    where it takes one, leaves the address, key, model name, remote code and the fields'
+    flags as the runner and the spec set them."""
+    for flag in sorted(ALLOWED_EXTRA_FLAGS):
+        action = serve_parser._option_string_actions[flag]
+        value = [] if action.nargs == 0 else [str(action.choices[0]) if action.choices else "1"]
+        args = [flag.replace("-", "_").replace("__", "--", 1), *value]
+        spec = _spec(extra_args=args)
+        spec = spec.model_copy(update={"resources": spec.resources.model_copy(
+            update={"gpu_count": 4})})  # fmt: skip
+        parsed = serve_parser.parse_args(
+            ["--model", "m", "--host", "127.0.0.1", "--port", "1234",
+             *serve_flags(spec, spec.vllm_backends[0])]
+        )  # fmt: skip
+        for name, expected in RUNNER_OWNED.items():
+            if name == "trust_remote_code":
+                expected = spec.model.trust_remote_code
+            assert getattr(parsed, name) == expected, (flag, name)
+
+
+@pytest.mark.parametrize(
+    ("arg", "reaches"),
+    [
+        ("--ho=0.0.0.0", ("host", "0.0.0.0")),  # noqa: S104 - the danger shown
+        ("--por=80", ("port", 80)),
+        ("--api_k=x", ("api_key", ["x"])),
+        ("--served=x", ("served_model_name", ["x"])),
+        ("--trust-remote", ("trust_remote_code", True)),
+    ],
+)
+def test_prefixes_vllm_would_expand_are_refused(serve_parser, arg, reaches):
+    parsed = serve_parser.parse_args(["--model", "m", arg])
+    assert getattr(parsed, reaches[0]) == reaches[1]  # what vLLM would have done with it
+    with pytest.raises(SpecError):
+        _spec(extra_args=[arg])

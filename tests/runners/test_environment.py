@@ -1,4 +1,4 @@
-"""Environment capture on this machine, secret filtering, and the comparability fingerprint."""
+"""Environment capture on this machine and secret filtering (fingerprint: test_fingerprint.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 from runners.environment import (
     REQUIRED_FIELDS,
     capture,
-    fingerprint,
     get,
     local_model_hash,
     relevant_env,
@@ -119,30 +118,6 @@ def test_kubernetes_and_image_come_from_the_downward_api(spec, monkeypatch):
         "namespace": "bench",
     }
     assert env["container"] == {"image": "ghcr.io/x/runner:1", "image_digest": "none"}
-
-
-def test_the_fingerprint_follows_what_makes_results_comparable(spec, env):
-    base = fingerprint(spec, env)
-    assert base == fingerprint(spec, json.loads(json.dumps(env)))
-    renamed = spec.model_copy(update={"name": "another name", "repeats": 3})
-    assert fingerprint(renamed, env) == base
-    other_gpu = {**env, "gpu": {**env["gpu"], "model": "NVIDIA H100 80GB HBM3", "count": 1}}
-    assert fingerprint(spec, other_gpu) != base
-    other_rev = {**env, "model": {**env["model"], "revision": "sha256:other"}}
-    assert fingerprint(spec, other_rev) != base
-    longer = spec.model_copy(
-        update={"workload": spec.workload.model_copy(update={"output_len": 64})}
-    )
-    assert fingerprint(longer, env) != base
-    cached = spec.model_copy(
-        update={
-            "backends": [
-                spec.backends[0],
-                spec.backends[1].model_copy(update={"enable_prefix_caching": True}),
-            ]
-        }
-    )
-    assert fingerprint(cached, env) != base
 
 
 def test_the_local_hash_changes_with_the_config(tiny_model, tmp_path):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +15,7 @@ from runners.hf import HFConfig, HFResult, run
 from runners.result import METRIC_KEYS
 
 PROMPTS, INPUT_LEN, OUTPUT_LEN = 3, 48, 12
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +83,57 @@ def test_prompts_are_reproducible_from_the_seed():
     b = random_prompts(16, vocab_size=100, special_ids={0}, n=2, seed=5)
     assert a.shape == (2, 16) and a.equal(b)
     assert 0 not in a.tolist()[0] + a.tolist()[1]
+
+
+def test_it_records_the_conditions_of_the_timed_loop(result):
+    c = result.conditions
+    assert c["threads"] == result.raw["torch_threads"]
+    assert (
+        c["cores"]
+        and c["core_count"] >= 1
+        and c["cores_source"]
+        in (
+            "affinity",
+            "SERVEBENCH_CPUS",
+        )
+    )
+    assert c["wall_s"] >= result.metrics["duration"] - 0.001  # it brackets the timed loop
+    assert c["process_cpu_s"] > 0
+    for key in ("others_cpu_s", "others_share", "steal_share", "load_avg", "top_others"):
+        assert key in c
+    assert isinstance(c["contended"], bool) and isinstance(c["reasons"], list)
+    assert c["contended"] == bool(c["reasons"])
+    assert "one pass" in result.raw["timing"]
+
+
+def test_through_the_runner_a_rival_on_its_core_flags_the_baseline(tiny_model, tmp_path):
+    """`python -m runners run --cpus N` with another process burning core N: the HF
+    point still has every metric, one thread on that core, and is marked contended."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    spec = {
+        "name": "contended hf",
+        "model": {"id": str(tiny_model), "max_model_len": 512},
+        "workload": {"input_len": INPUT_LEN, "output_len": OUTPUT_LEN, "num_prompts": PROMPTS},
+        "backends": [{"kind": "hf-sequential", "num_prompts": PROMPTS}],
+        "resources": {"gpu_count": 0},
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    rival = subprocess.Popen(
+        [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"]
+    )
+    try:
+        argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json"), "--quiet"]
+        argv += ["--cpus", str(cpu), "--out", str(tmp_path / "result.json")]
+        argv += ["--workdir", str(tmp_path / "work")]
+        subprocess.run(argv, cwd=REPO, check=True, timeout=600)
+    finally:
+        rival.kill()
+        rival.wait()
+    (m,) = json.loads((tmp_path / "result.json").read_text())["measurements"]
+    assert m["status"] == "succeeded"
+    assert set(m["metrics"]) == set(METRIC_KEYS) - {"request_goodput"}
+    c = m["conditions"]
+    assert (c["cores"], c["cores_source"], c["threads"]) == (str(cpu), "--cpus", 1)
+    assert m["raw"]["torch_threads"] == 1
+    assert c["contended"] is True
+    assert any(r.startswith("other processes used") for r in c["reasons"])

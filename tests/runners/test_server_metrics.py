@@ -106,7 +106,9 @@ def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server):
         time.sleep(0.5)
     result = watcher.result()
     n = metrics_server.scrapes  # one before, the samples (the last at exit), one after
-    assert result.samples == n - 2 >= 3
+    # A sample whose scrape timed out on a loaded machine is not counted, but the server
+    # saw the request: at most n - 2 samples.
+    assert 3 <= result.samples <= n - 2
     assert result.preemptions == n - 1
     assert (result.prefix_cache_queries, result.prefix_cache_hits) == (100 * (n - 1), 10 * (n - 1))
     assert result.prefix_cache_hit_rate == pytest.approx(0.1)

@@ -123,7 +123,7 @@ BAD_SPECS = [
     ),
     ({"model": M, "backends": [{**VLLM, "unknown": 1}]}, "backends.0.unknown", "unknown field"),
     (
-        {"model": M, "backends": [{**VLLM, "extra_args": ["--enforce-eager", "--port"]}]},
+        {"model": M, "backends": [{**VLLM, "extra_args": ["--enable-chunked-prefill", "--port"]}]},
         "backends.0.extra_args.1",
         "extra argument '--port' is set by the runner",
     ),
