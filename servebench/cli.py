@@ -10,8 +10,12 @@ Exit codes (the contract CI scripts rely on):
 - 0: done; for ``compare`` and ``submit --baseline``: nothing regressed.
 - 1: ``compare`` / ``submit --baseline`` found a regression (beyond threshold and noise).
 - 2: a usage error, or the portal could not do it: unreachable, token refused, spec
-  invalid (with its field), run failed (with its reason), wait timed out. One line on
-  stderr says which and what to do next.
+  invalid (with its field), run failed (with its reason), wait timed out; or the two runs
+  are not comparable (their fingerprints differ: the table is printed, no change judged).
+  One line on stderr says which and what to do next.
+
+A change whose run-to-run noise was not measured (one repeat, no history of the series)
+is reported as ``noise not measured`` and never fails the build (``servebench.verdict``).
 
 The portal URL comes from ``--url`` or ``SERVEBENCH_URL``; the token from ``--token`` or
 ``SERVEBENCH_TOKEN``. A RUN argument is a run id, a run's page URL, or ``latest:<label>``
@@ -34,7 +38,7 @@ from typing import Any, NoReturn, TextIO
 
 from servebench import __version__, render
 from servebench.client import Client, ServebenchError, TransientError
-from servebench.compare import Comparison, compare_documents
+from servebench.compare import Comparison, History, compare_documents
 from servebench.verdict import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_CONFIDENCE,
@@ -338,8 +342,33 @@ def run_comparison(
         confidence=args.confidence,
         n_boot=args.bootstrap,
         seed=args.seed,
+        history=series_history(client, base, cand),
     )
     return comparison, compare_url(base, cand)
+
+
+def series_history(client: Client, base: dict, cand: dict) -> History | None:
+    """The base's series' earlier runs (before the candidate), whose spread is the
+    run-to-run noise when the runs have one repeat; None for runs of different series."""
+    fingerprint, owner = base.get("fingerprint") or "", base.get("owner") or ""
+    if not fingerprint or fingerprint != cand.get("fingerprint") or not owner:
+        return None
+    body = client.noise_history(fingerprint, owner, cand["id"])
+    out: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for item in body.get("series") or []:
+        key = (str(item.get("backend")), str(item.get("point")))
+        out.setdefault(key, {})[str(item.get("metric"))] = list(item.get("values") or [])
+    return out
+
+
+def not_comparable(comparison: Comparison, base: dict, cand: dict) -> str:
+    """The one error line when the runs measured different things."""
+    what = "; ".join(comparison.differences[:3]) or "their fingerprints differ"
+    return (
+        f"runs {base['id']} and {cand['id']} are not comparable ({what}): no change between "
+        "them is judged. Compare with a run of the same configuration (latest:<label> finds "
+        "one), or mark a baseline for the new configuration (servebench baseline RUN --label L)"
+    )
 
 
 def write_summary(path: str | None, text: str) -> None:
@@ -463,6 +492,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(render.comparison_table(comparison, base, run), end="")
         summary = render.comparison_markdown(comparison, base, run, url)
         code = EXIT_REGRESSION if comparison.regressed else EXIT_OK
+        if not comparison.comparable:
+            err(f"servebench: error: {not_comparable(comparison, base, run)}")
+            code = EXIT_ERROR
     write_summary(args.summary, summary)
     return code
 
@@ -550,6 +582,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(render.comparison_table(comparison, base, cand), end="")
     write_summary(args.summary, render.comparison_markdown(comparison, base, cand, url))
+    if not comparison.comparable:
+        err(f"servebench: error: {not_comparable(comparison, base, cand)}")
+        return EXIT_ERROR
     return EXIT_REGRESSION if comparison.regressed else EXIT_OK
 
 

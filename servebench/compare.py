@@ -1,23 +1,33 @@
-"""Two result documents side by side: points matched, a noise-aware verdict per metric.
+"""Two result documents side by side: points matched, one verdict per metric.
 
 Input is the result document (``runners.result.ResultDocument`` JSON, as
 ``GET /api/v1/runs/{id}/result`` or ``python -m runners run --out`` gives it), so a
-comparison needs no portal: two ``--out`` files compare the same way.
+comparison needs no portal: two ``--out`` files compare the same way. The verdict is
+``servebench.verdict.compare_metric``, the engine the portal's pages call too.
 
-Points match by (backend, point key). A backend is named by its kind (``vllm``,
-``hf-sequential``) when it is its run's only backend of that kind, as on the portal's
-compare page, so runs whose single vLLM backends carry different names still line up.
-Repeats of a point are grouped; failed measurements are left out (a run with failed
-points is a failed run, which ``servebench compare`` refuses before getting here).
+- **Comparable?** Each document's spec and environment give its fingerprint's components
+  (``runners.fingerprint``); when they differ, every metric is ``not comparable`` and the
+  differences are listed.
+- **Points** match by (backend, point key). A backend is named by its kind (``vllm``,
+  ``hf-sequential``) when it is its run's only backend of that kind, as on the portal's
+  compare page, so runs whose single vLLM backends carry different names still line up.
+  Repeats of a point are grouped (in repeat order); failed measurements are left out (a
+  run with failed points is a failed run, which ``servebench compare`` refuses before
+  getting here).
+- **History** (optional): per (backend, point key), per metric, one value per earlier run
+  of the base's series, as ``GET /api/v1/history/?point=*`` gives them: the run-to-run
+  noise when the runs have one repeat.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runners import fingerprint as rf
+from runners import spec as rs
 from servebench.verdict import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_CONFIDENCE,
@@ -29,6 +39,9 @@ from servebench.verdict import (
     compare_metric,
     parse_metric,
 )
+
+# (backend label, point key) -> metric key -> one value per earlier run of the series
+History = Mapping[tuple[str, str], Mapping[str, Sequence[float]]]
 
 
 @dataclass
@@ -79,6 +92,8 @@ class Comparison:
     confidence: float
     n_boot: int
     seed: int
+    comparable: bool = True
+    differences: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[tuple[PointComparison, MetricVerdict]]:
@@ -94,6 +109,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         return {
             "regressed": self.regressed,
+            "comparable": self.comparable,
+            "differences": self.differences,
             "verdicts": dict(self.counts()),
             "metrics": self.metrics,
             "threshold": self.threshold,
@@ -112,19 +129,45 @@ def points_of(document: Mapping[str, Any]) -> dict[tuple[str, str], Point]:
     key), in document order."""
     measurements = [m for m in document.get("measurements") or [] if isinstance(m, dict)]
     kinds = Counter(
-        kind for kind, _ in {(m.get("backend_kind"), m.get("backend")) for m in measurements}
+        str(kind or "")
+        for kind, _ in {(m.get("backend_kind"), m.get("backend")) for m in measurements}
     )
     out: dict[tuple[str, str], Point] = {}
-    for m in measurements:
+    for m in sorted(measurements, key=lambda m: m.get("repeat") or 0):
         if m.get("status") != "succeeded":
             continue
         kind, name = str(m.get("backend_kind") or ""), str(m.get("backend") or "")
-        label = kind if kind and kinds[kind] == 1 else name
+        label = backend_label(kind, name, kinds)
         key = str((m.get("point") or {}).get("key") or "")
         point = out.setdefault((label, key), Point(label, key))
         point.side.metrics.append(m.get("metrics") or {})
-        point.side.details.append(m.get("detail") or {})
+        point.side.details = [*(point.side.details or []), m.get("detail") or {}]
     return out
+
+
+def backend_label(kind: str, name: str, kinds: Mapping[str, int]) -> str:
+    """How a run's backend is matched across runs: its kind when the run has one backend
+    of that kind, else its name (``kinds``: the run's backend count per kind)."""
+    return kind if kind and kinds.get(kind, 0) == 1 else name
+
+
+def comparability(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """(comparable, what differs) from two documents' specs and environments, by
+    ``runners.fingerprint``; a spec that does not parse falls back to the documents'
+    ``fingerprint`` fields."""
+    try:
+        a = rf.components(rs.parse_spec(base.get("spec")), base.get("environment") or None)
+        b = rf.components(
+            rs.parse_spec(candidate.get("spec")), candidate.get("environment") or None
+        )
+    except rs.SpecError:
+        same = bool(base.get("fingerprint")) and base.get("fingerprint") == candidate.get(
+            "fingerprint"
+        )
+        return same, [] if same else ["fingerprint"]
+    if rf.fingerprint_of(a) == rf.fingerprint_of(b):
+        return True, []
+    return False, [str(d) for d in rf.differences(a, b)]
 
 
 def compare_documents(
@@ -137,15 +180,18 @@ def compare_documents(
     confidence: float = DEFAULT_CONFIDENCE,
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
+    history: History | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``base`` on ``metrics`` at every point both measured.
 
-    ``thresholds`` overrides ``threshold`` per metric key (``{"p99_ttft_ms": 0.1}``).
-    ValueError for an unknown metric name.
+    ``thresholds`` overrides ``threshold`` per metric key (``{"p99_ttft_ms": 0.1}``);
+    ``history`` gives the base's series' earlier runs (module doc). ValueError for an
+    unknown metric name.
     """
     parsed = [parse_metric(name) for name in metrics]
     keys = list(dict.fromkeys(m.key for m in parsed))
     per_metric = {parse_metric(k).key: v for k, v in (thresholds or {}).items()}
+    comparable, differences = comparability(base, candidate)
     base_points = points_of(base)
     cand_points = points_of(candidate)
     compared: list[PointComparison] = []
@@ -153,11 +199,14 @@ def compare_documents(
         cp = cand_points.get(ident)
         if cp is None:
             continue
+        series = _engine_keys((history or {}).get(ident) or {})
         verdicts = [
             compare_metric(
                 parse_metric(key),
                 bp.side,
                 cp.side,
+                history=series.get(key),
+                comparable=comparable,
                 threshold=per_metric.get(key, threshold),
                 confidence=confidence,
                 n_boot=n_boot,
@@ -178,7 +227,20 @@ def compare_documents(
         confidence=confidence,
         n_boot=n_boot,
         seed=seed,
+        comparable=comparable,
+        differences=differences,
     )
+
+
+def _engine_keys(series: Mapping[str, Sequence[float]]) -> dict[str, Sequence[float]]:
+    """History keyed as the engine names metrics (``p50_ttft_ms`` -> ``median_ttft_ms``)."""
+    out: dict[str, Sequence[float]] = {}
+    for key, values in series.items():
+        try:
+            out[parse_metric(key).key] = values
+        except ValueError:
+            continue
+    return out
 
 
 def describe_methods(comparison: Comparison) -> list[str]:
@@ -186,7 +248,8 @@ def describe_methods(comparison: Comparison) -> list[str]:
     seen: dict[str, str] = {}
     for p in comparison.points:
         for v in p.verdicts:
-            seen.setdefault(v.method, v.detail)
+            if v.method not in ("", "-"):
+                seen.setdefault(v.method, v.detail)
     return [f"{method}: e.g. {detail}" for method, detail in seen.items()]
 
 

@@ -12,7 +12,16 @@ from typing import Any
 
 from runners.result import LATENCY_KEYS, THROUGHPUT_KEYS
 from servebench.compare import Comparison, describe_methods, notes
-from servebench.verdict import BETTER, NO_DATA, NOISE, THRESHOLD, WORSE, MetricVerdict
+from servebench.verdict import (
+    BETTER,
+    NO_DATA,
+    NOISE,
+    NOT_COMPARABLE,
+    THRESHOLD,
+    UNMEASURED,
+    WORSE,
+    MetricVerdict,
+)
 
 # Results table columns: (header, metric key).
 RESULT_COLUMNS = (
@@ -26,8 +35,41 @@ RESULT_COLUMNS = (
 )
 # Every metric of the result contract; p50 is vLLM's "median", so it is not repeated.
 CSV_METRICS = THROUGHPUT_KEYS + tuple(k for k in LATENCY_KEYS if not k.startswith("p50_"))
-MARK = {BETTER: "better", WORSE: "WORSE", NOISE: "within noise", THRESHOLD: "within threshold"}
-EMOJI = {BETTER: "🟢", WORSE: "🔴", NOISE: "⚪", THRESHOLD: "⚪", NO_DATA: "⚫"}
+MARK = {WORSE: "WORSE"}  # the one verdict that fails a build stands out in a table
+EMOJI = {
+    BETTER: "🟢",
+    WORSE: "🔴",
+    NOISE: "⚪",
+    THRESHOLD: "⚪",
+    UNMEASURED: "🟡",
+    NO_DATA: "⚫",
+    NOT_COMPARABLE: "⚫",
+}
+
+
+# Text from a run (its name, runner-reported names) is data in a PR comment, never
+# Markdown or HTML: links, images, mentions, tables and <details> are escaped.
+_MD_SPECIAL = frozenset("\\`*_{}[]()<>#+-.!|~@&")
+
+
+def md(text: Any) -> str:
+    """``text`` as literal Markdown text on one line."""
+    flat = " ".join(str(text).split())
+    return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in flat)
+
+
+def md_code(text: Any) -> str:
+    """``text`` as an inline code span (backticks inside cannot end it early)."""
+    flat = " ".join(str(text).split()).replace("`", "'").replace("|", "\\|")
+    return f"`{flat}`"
+
+
+def md_url(url: Any) -> str:
+    """A link target: only http(s) URLs, with nothing that could end the link."""
+    text = str(url or "")
+    if not text.startswith(("https://", "http://")) or any(c in text for c in " ()<>\n"):
+        return ""
+    return text
 
 
 def number(value: Any) -> str:
@@ -210,7 +252,8 @@ def results_markdown(run: Mapping[str, Any], document: Mapping[str, Any]) -> str
     """A run's results as a PR comment (no baseline to compare with)."""
     page = (run.get("links") or {}).get("page", "")
     lines = [
-        f"### servebench: [{run.get('name') or run.get('id')}]({page}) {run.get('status')}",
+        f"### servebench: [{md(run.get('name') or run.get('id'))}]({md_url(page)}) "
+        f"{md(run.get('status'))}",
         "",
         "| backend | point | " + " | ".join(h for h, _ in RESULT_COLUMNS) + " |",
         "|---|---|" + "---:|" * len(RESULT_COLUMNS),
@@ -218,7 +261,8 @@ def results_markdown(run: Mapping[str, Any], document: Mapping[str, Any]) -> str
     for m in _measurements(document):
         metrics = m.get("metrics") or {}
         cells = " | ".join(number(metrics.get(k)) for _, k in RESULT_COLUMNS)
-        lines.append(f"| {m.get('backend')} | `{(m.get('point') or {}).get('key')}` | {cells} |")
+        point = md_code((m.get("point") or {}).get("key"))
+        lines.append(f"| {md(m.get('backend'))} | {point} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -236,11 +280,16 @@ def _run_ref(run: Mapping[str, Any]) -> str:
 
 def verdict_summary(comparison: Comparison) -> str:
     counts = comparison.counts()
+    if not comparison.comparable:
+        shown = "; ".join(comparison.differences[:3]) or "their fingerprints differ"
+        more = len(comparison.differences) - 3
+        return f"not comparable ({shown}{f'; and {more} more' if more > 0 else ''})"
     if comparison.regressed:
         head = f"{counts[WORSE]} regression{'s' if counts[WORSE] != 1 else ''}"
     else:
         head = "no regression"
-    rest = [f"{counts[v]} {v}" for v in (BETTER, NOISE, THRESHOLD, NO_DATA) if counts[v]]
+    order = (BETTER, UNMEASURED, NOISE, THRESHOLD, NO_DATA)
+    rest = [f"{counts[v]} {v}" for v in order if counts[v]]
     return head + (f" ({', '.join(rest)})" if rest else "")
 
 
@@ -252,12 +301,12 @@ def comparison_table(
     out = [
         f"base       {_run_ref(base)}  {(base.get('links') or {}).get('page', '')}",
         f"candidate  {_run_ref(candidate)}  {(candidate.get('links') or {}).get('page', '')}",
-        f"threshold  {_thresholds(comparison)}; interval {conf}; a regression needs both",
+        f"threshold  {_thresholds(comparison)}; interval {conf}; a regression is worse than "
+        "the threshold and beyond the run-to-run noise (repeats or the series' history)",
     ]
-    if base.get("fingerprint") and base.get("fingerprint") != candidate.get("fingerprint"):
-        out.append(
-            "note       the runs' fingerprints differ (model, workload, engine flags or GPU)"
-        )
+    if not comparison.comparable:
+        out.append("NOT COMPARABLE: the runs' fingerprints differ; no change is judged. Differs:")
+        out += [f"  {d}" for d in comparison.differences or ["the fingerprint"]]
     for p in comparison.points:
         out += ["", f"{p.label}  (repeats: {p.base_repeats} vs {p.candidate_repeats})"]
         rows = [
@@ -297,6 +346,15 @@ def comparison_table(
     return "\n".join(out) + "\n"
 
 
+def headline_icon(comparison: Comparison) -> str:
+    """🔴 a regression, ⚫ not comparable, 🟡 changes whose noise was not measured, 🟢 else."""
+    if comparison.regressed:
+        return EMOJI[WORSE]
+    if not comparison.comparable:
+        return EMOJI[NOT_COMPARABLE]
+    return EMOJI[UNMEASURED] if comparison.counts()[UNMEASURED] else EMOJI[BETTER]
+
+
 def _thresholds(comparison: Comparison) -> str:
     text = f"{comparison.threshold * 100:g}%"
     extra = [f"{k} {v * 100:g}%" for k, v in comparison.thresholds.items()]
@@ -310,32 +368,42 @@ def comparison_markdown(
     compare_url: str = "",
 ) -> str:
     """A pull-request comment: the verdict first, one table, the method in a fold."""
-    icon = "🔴" if comparison.regressed else "🟢"
+    icon = headline_icon(comparison)
     conf = f"{comparison.confidence * 100:g}%"
     bpage = (base.get("links") or {}).get("page", "")
     cpage = (candidate.get("links") or {}).get("page", "")
     lines = [
         f"### {icon} servebench: {verdict_summary(comparison)}",
         "",
-        f"Candidate [{_run_ref(candidate)}]({cpage}) against base [{_run_ref(base)}]({bpage})"
-        + (f" · [compare page]({compare_url})" if compare_url else ""),
+        f"Candidate [{md(_run_ref(candidate))}]({md_url(cpage)}) against base "
+        f"[{md(_run_ref(base))}]({md_url(bpage)})"
+        + (f" · [compare page]({md_url(compare_url)})" if md_url(compare_url) else ""),
         "",
         f"A regression is a change worse than the threshold ({_thresholds(comparison)}) "
-        f"whose {conf} interval excludes zero.",
+        f"whose {conf} interval of the run-to-run noise (repeats, or the series' history) "
+        "excludes zero.",
         "",
+        *(
+            ["**Not comparable**, the runs measured different things:", ""]
+            + [f"- {md_code(d)}" for d in comparison.differences]
+            + [""]
+            if not comparison.comparable
+            else []
+        ),
         f"| point | metric | base | candidate | change | {conf} interval | verdict |",
         "|---|---|---:|---:|---:|---|---|",
     ]
     for p in comparison.points:
         for v in p.verdicts:
             lines.append(
-                f"| `{p.label}` | {v.metric} | {number(v.base)} | {number(v.candidate)} | "
+                f"| {md_code(p.label)} | {md(v.metric)} | {number(v.base)} | "
+                f"{number(v.candidate)} | "
                 f"{pct(v.change)} | {interval(v)} | {EMOJI.get(v.verdict, '')} {v.verdict} |"
             )
     if not comparison.points:
         lines.append("| - | no point measured by both runs | | | | | |")
-    extra = [f"only in base: `{x}`" for x in comparison.only_base]
-    extra += [f"only in candidate: `{x}`" for x in comparison.only_candidate]
+    extra = [f"only in base: {md_code(x)}" for x in comparison.only_base]
+    extra += [f"only in candidate: {md_code(x)}" for x in comparison.only_candidate]
     if extra:
         lines += ["", *(f"- {x}" for x in extra)]
     lines += ["", "<details><summary>How the verdict was computed</summary>", ""]

@@ -199,8 +199,18 @@ def test_compare_of_the_same_distribution_exits_0(cli, portal, personas, measure
 def test_compare_finds_a_20_percent_regression_and_exits_1(
     cli, portal, personas, measured_run, tmp_path
 ):
-    url, token, _ = portal
+    url, token, other_token = portal
+    # One repeat each and no history: requests cannot see run-to-run noise, so a 20%
+    # change is reported, not failed.
+    alone = [measured_run(personas["other"].user, seed=s, shift=x) for s, x in ((1, 0), (2, 0.2))]
+    unmeasured = cli("compare", *(r.public_id for r in alone), url=url, token=other_token)
+    assert unmeasured.code == 0, unmeasured.out + unmeasured.err
+    assert "noise not measured" in unmeasured.out and "WORSE" not in unmeasured.out
+    assert "run-to-run noise was not measured" in unmeasured.out
+    # Earlier runs of the series (main's history) measure the noise: now it fails.
     base = measured_run(personas["owner"].user, seed=1)
+    for seed in (5, 6, 7):
+        measured_run(personas["owner"].user, seed=seed)
     cand = measured_run(personas["owner"].user, seed=2, shift=0.2)
     summary = tmp_path / "comment.md"
     result = cli(
@@ -270,9 +280,12 @@ def test_baseline_then_compare_with_latest(cli, portal, personas, measured_run):
     assert Baseline.objects.get().run == old
     refused = cli("baseline", old.public_id, "--label", "main", url=url, token=other_token)
     assert "no run" in one_error_line(refused)  # private: not even visible
+    for seed in (5, 6, 7):  # more runs of the series: the history that measures the noise
+        measured_run(personas["owner"].user, seed=seed)
     new = measured_run(personas["owner"].user, seed=2, shift=0.2)
     result = cli("compare", "latest:main", new.public_id, url=url, token=token)
-    assert result.code == 1
+    assert result.code == 1, result.out
+    assert "history" in result.out
     assert f"base       {old.public_id}" in result.out
     listing = cli("baselines", "--label", "main", url=url, token=token)
     assert old.public_id in listing.out
