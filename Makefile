@@ -5,12 +5,13 @@ SHELL := /bin/bash
 VENV = $(shell scripts/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv run test test-fast lint format bench browser kube k8s-check clean-dev
+.PHONY: help venv run test test-fast fuzz lint format bench browser kube k8s-check clean-dev
 
 help:
 	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the suite without the slow end-to-end tests (no vLLM server starts)"
+	@echo "make fuzz       schemathesis against the live test server (part of make test)"
 	@echo "make lint       ruff check + format check"
 	@echo "make bench      benchmarks under bench/ (print side-by-side ratios)"
 	@echo "make k8s-check  Helm chart, k8s/ manifests and the Kubernetes executor (tests/k8s)"
@@ -37,10 +38,15 @@ run:
 test: browser kube
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not fuzz" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory fuzz
+
+# Schemathesis against the live test server: >= 1,000 generated calls, none may get a 5xx.
+fuzz:
+	$(PY) -m pytest -q tests/portal/test_api_fuzz.py $(PYTEST_ARGS)
 
 test-fast: browser
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not fuzz" $(PYTEST_ARGS)
 
 lint:
 	$(PY) -m ruff check .
@@ -53,6 +59,7 @@ format:
 bench:
 	$(PY) bench/harness_overhead.py
 	$(PY) bench/portal_scale.py
+	$(PY) bench/verdict_aa.py
 
 clean-dev:
 	$(PY) -m portal.devservices stop || true

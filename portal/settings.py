@@ -49,15 +49,35 @@ Variables (default in brackets):
   - SERVEBENCH_K8S_START_GRACE_SECONDS: how long a Pod may fail to pull its image or
     create its container before the run fails [120]
 - SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
+- SERVEBENCH_LOCAL_SLOTS: runners the local executor runs at once; the rest wait in the
+  queue, first come first served [1: a benchmark owns the machine]
+- SERVEBENCH_LOCAL_ISOLATION: ``auto`` (PID and mount namespaces when ``unshare`` works
+  here, else a process group and a subreaper), ``namespaces`` (required), ``none`` [auto]
 - SERVEBENCH_HOME: dev services, data, quickstart key [$SERVEBENCH_CACHE or ~/.cache/servebench]
 - SERVEBENCH_DATA_DIR: run work dirs and logs of the local executor [$SERVEBENCH_HOME/data]
 - SERVEBENCH_RECONCILE_SECONDS: period of the beat ``reconcile`` task [15]
 - SERVEBENCH_REDISPATCH_SECONDS: re-send dispatch of runs queued this long [max(60, 4 periods)]
 - SERVEBENCH_STOP_GRACE_SECONDS: SIGTERM to SIGKILL on cancel [10]
 - SERVEBENCH_QUEUE: Celery queue name (isolates deployments sharing a Redis) [servebench]
+- SERVEBENCH_BROKER_VISIBILITY_TIMEOUT: seconds before Redis redelivers a message whose
+  worker died without acknowledging it [900]
 - SERVEBENCH_TOKEN_KEY: HMAC key for API tokens, so they survive a SECRET_KEY rotation
   [derived from SECRET_KEY]
-- SERVEBENCH_MAX_SPEC_BYTES [1 MB], SERVEBENCH_MAX_MEASUREMENT_BYTES [32 MB]: body limits
+- SERVEBENCH_MAX_SPEC_BYTES [1 MB], SERVEBENCH_MAX_MEASUREMENT_BYTES [256 MB, inflated]:
+  body limits
+- SERVEBENCH_SAMPLES_STORAGE: where per-request samples go, ``filesystem`` or ``s3``
+  [filesystem]; SERVEBENCH_SAMPLES_DIR [$SERVEBENCH_DATA_DIR/samples]; for s3:
+  SERVEBENCH_S3_BUCKET [required], SERVEBENCH_S3_ENDPOINT_URL (MinIO, Ceph...; none: AWS),
+  SERVEBENCH_S3_REGION, SERVEBENCH_S3_PREFIX, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+  (or _FILE; none: the instance's role)
+- What specs may ask of runners (``portal.benchmarks.policy``): SERVEBENCH_MODEL_ROOTS,
+  SERVEBENCH_DATASET_ROOTS: comma-separated directories local model/tokenizer directories
+  and dataset files must lie under [dev: SERVEBENCH_HOME; else none]; SERVEBENCH_GPU_TYPES:
+  the values resources.gpu_type may take [none]; SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS:
+  node label keys resources.node_selector may set [none]. Remote model code needs the
+  per-user permission ``accounts.trust_remote_code`` (Django admin).
+- SERVEBENCH_CONTENT_SECURITY_POLICY: the CSP header of every response [self only, no
+  inline script]
 - SERVEBENCH_STATIC_MANIFEST: hashed static names, needs ``collectstatic`` [not DEBUG]
 - SERVEBENCH_STATIC_ROOT [<repo>/staticfiles]; SERVEBENCH_BEHIND_TLS_PROXY [false]
 - SERVEBENCH_DB_CONN_MAX_AGE [60]; SERVEBENCH_LOG_LEVEL [INFO]
@@ -203,6 +223,10 @@ SERVEBENCH_K8S_START_GRACE_SECONDS = env.integer(
 # ----- Kubernetes executor: end
 
 SERVEBENCH_RUNNER_PYTHON = env.string("SERVEBENCH_RUNNER_PYTHON", sys.executable)
+SERVEBENCH_LOCAL_SLOTS = env.integer("SERVEBENCH_LOCAL_SLOTS", 1, minimum=1)
+SERVEBENCH_LOCAL_ISOLATION = env.choice(
+    "SERVEBENCH_LOCAL_ISOLATION", "auto", ("auto", "namespaces", "none")
+)
 SERVEBENCH_DATA_DIR = Path(
     env.string("SERVEBENCH_DATA_DIR", str(SERVEBENCH_HOME / "data"))
 ).expanduser()
@@ -216,10 +240,43 @@ SERVEBENCH_STOP_GRACE_SECONDS = env.integer("SERVEBENCH_STOP_GRACE_SECONDS", 10,
 SERVEBENCH_TOKEN_KEY = env.string("SERVEBENCH_TOKEN_KEY", "")
 # Request body limits: a spec is small; a measurement carries per-request arrays.
 SERVEBENCH_MAX_SPEC_BYTES = env.integer("SERVEBENCH_MAX_SPEC_BYTES", 1_000_000, minimum=1024)
+# A measurement's size inflated (runners send it gzip-compressed): 2,000 prompts x 1,024
+# output tokens is ~45 MB of per-request samples.
 SERVEBENCH_MAX_MEASUREMENT_BYTES = env.integer(
-    "SERVEBENCH_MAX_MEASUREMENT_BYTES", 32_000_000, minimum=1024
+    "SERVEBENCH_MAX_MEASUREMENT_BYTES", 256_000_000, minimum=1024
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(SERVEBENCH_MAX_SPEC_BYTES, SERVEBENCH_MAX_MEASUREMENT_BYTES)
+
+# ----- What users may ask of runners, and security headers
+# (portal/benchmarks/policy.py, portal/lib/security.py): begin
+# Local directories a spec's model.id / model.tokenizer may name, and where
+# workload.dataset_path files may lie (comma-separated absolute paths). A runner reads what
+# it is pointed at, so nothing outside these [dev: SERVEBENCH_HOME, where `make run` keeps
+# the tiny model; else none: hub ids only].
+SERVEBENCH_MODEL_ROOTS = env.strings(
+    "SERVEBENCH_MODEL_ROOTS", [str(SERVEBENCH_HOME)] if DEV else []
+)
+SERVEBENCH_DATASET_ROOTS = env.strings("SERVEBENCH_DATASET_ROOTS", [])
+# The GPU types a spec's resources.gpu_type may name: the values of the node label
+# SERVEBENCH_K8S_GPU_TYPE_LABEL in the cluster (GPU feature discovery's product names,
+# e.g. NVIDIA-H100-80GB-HBM3) [none: specs leave gpu_type out].
+SERVEBENCH_GPU_TYPES = env.strings("SERVEBENCH_GPU_TYPES", [])
+# Node label keys a spec's resources.node_selector may set; the admin's
+# SERVEBENCH_K8S_NODE_SELECTOR always wins over them [none].
+SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS = env.strings(
+    "SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS", []
+)
+# The Content-Security-Policy of every response: scripts only from this origin, never
+# inline (plotly's charts need inline styles and data: images for PNG export).
+SERVEBENCH_CONTENT_SECURITY_POLICY = env.string(
+    "SERVEBENCH_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# ----- What users may ask of runners, and security headers: end
 
 # --------------------------------------------------------------------------- Django
 
@@ -243,6 +300,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.lib.security.SecurityHeadersMiddleware",
+    "portal.lib.gzipbody.GzipRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -284,8 +343,41 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(env.string("SERVEBENCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 _manifest = env.boolean("SERVEBENCH_STATIC_MANIFEST", not DEBUG)
+# Per-request samples (portal/benchmarks/samplestore.py): a directory, or an S3-compatible
+# bucket (django-storages) with credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+# (or their _FILE variants) or the instance's role.
+SERVEBENCH_SAMPLES_STORAGE = env.choice(
+    "SERVEBENCH_SAMPLES_STORAGE", "filesystem", ("filesystem", "s3")
+)
+if SERVEBENCH_SAMPLES_STORAGE == "s3":
+    _samples: dict = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env.string("SERVEBENCH_S3_BUCKET", example="servebench-samples"),
+            "endpoint_url": env.string("SERVEBENCH_S3_ENDPOINT_URL", "") or None,
+            "region_name": env.string("SERVEBENCH_S3_REGION", "") or None,
+            "location": env.string("SERVEBENCH_S3_PREFIX", ""),
+            "access_key": env.string("AWS_ACCESS_KEY_ID", "") or None,
+            "secret_key": env.string("AWS_SECRET_ACCESS_KEY", "") or None,
+            "default_acl": None,
+            "querystring_auth": True,
+            "file_overwrite": True,
+        },
+    }
+else:
+    _samples = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": str(
+                Path(env.string("SERVEBENCH_SAMPLES_DIR", str(SERVEBENCH_DATA_DIR / "samples")))
+            ),
+            "file_permissions_mode": 0o640,
+            "directory_permissions_mode": 0o750,
+        },
+    }
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "samples": _samples,
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
         if _manifest
@@ -350,9 +442,19 @@ CELERY_RESULT_BACKEND = None  # state lives in our tables, never in a result bac
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# A message is acknowledged when its task returns, so a task whose worker dies runs again:
+# at once when a pool process dies (reject on worker lost), after the visibility timeout
+# when the whole worker dies (Redis hands unacknowledged messages out again then). Every
+# task is idempotent and short (seconds: none waits for a benchmark), so the timeout only
+# has to exceed the longest retry countdown (dispatch's backoff is capped at 300 s) to
+# avoid needless duplicates; reconcile recovers a lost dispatch well before it anyway
+# (SERVEBENCH_REDISPATCH_SECONDS).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.integer("SERVEBENCH_BROKER_VISIBILITY_TIMEOUT", 900, minimum=60)
+}
 CELERY_TASK_DEFAULT_QUEUE = env.string("SERVEBENCH_QUEUE", "servebench")
 CELERY_BEAT_SCHEDULE_FILENAME = str(SERVEBENCH_DATA_DIR / "celerybeat-schedule")
 # Every periodic task, each expiring before its next period so a backlog never piles up.

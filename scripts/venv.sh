@@ -13,8 +13,13 @@ cache="${SERVEBENCH_CACHE:-$HOME/.cache/servebench}"
 venv="${SERVEBENCH_VENV:-$cache/venv-$key}"
 
 if [ ! -f "$venv/.complete" ]; then
-  echo "servebench: building the virtualenv in $venv (a few minutes, once)" >&2
   mkdir -p "$cache"
+  # One builder at a time (make test's steps, parallel shells): the others wait for it.
+  exec 9>"$venv.lock"
+  flock 9
+fi
+if [ ! -f "$venv/.complete" ]; then
+  echo "servebench: building the virtualenv in $venv (a few minutes, once)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip >&2

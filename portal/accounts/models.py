@@ -65,3 +65,27 @@ class ApiToken(models.Model):
         if self.revoked_at is not None:
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
+
+
+# The permission's full name, as ``user.has_perm`` takes it.
+TRUST_REMOTE_CODE = "accounts.trust_remote_code"
+
+
+class Grant(models.Model):
+    """Holds permissions that are about what a user's runs may do, not about a table.
+
+    ``trust_remote_code``: the user's specs may set ``model.trust_remote_code: true``, so
+    the runner executes Python code from the model's repository. Off for everyone by
+    default; an admin grants it per user or group in the Django admin (Users ->
+    permissions: "accounts | grant | May run a model's own code"). No table.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("trust_remote_code", "May run a model's own code (model.trust_remote_code)"),
+        ]
+
+    def __str__(self) -> str:
+        return "grant"

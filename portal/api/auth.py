@@ -22,7 +22,12 @@ def _bearer(request: Request) -> str | None:
         return None
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer":
-        return None
+        # 'Token ...' (DRF's habit) or 'Basic ...' would otherwise pass as anonymous and
+        # read only public runs, which looks like a permissions bug to the caller.
+        raise exceptions.AuthenticationFailed(
+            f"the Authorization scheme {scheme[:20]!r} is not supported here; send "
+            "'Authorization: Bearer <token>'."
+        )
     value = value.strip()
     if not value or " " in value:
         raise exceptions.AuthenticationFailed("malformed Authorization header.")

@@ -172,14 +172,40 @@ class ResolveRun(APIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
+        owner = params.get("owner", "").strip()[:150]
         try:
             run = baselines.resolve(
                 request.user,
                 params.get("ref", ""),
                 fingerprint=params.get("fingerprint", "").strip()[:64],
                 before=params.get("before", "").strip()[:40],
-                owner=params.get("owner", "").strip()[:150],
+                owner=owner,
             )
         except baselines.BaselineError as exc:
-            raise _api_error(exc) from None
+            raise _api_error(_about_someone(exc, request, owner)) from None
         return Response(RunSerializer(run, context={"request": request}).data)
+
+
+def _about_someone(
+    exc: baselines.BaselineError, request: Request, owner: str
+) -> baselines.BaselineError:
+    """The same answer whether or not ``owner`` names a user: a caller must not learn
+    from ``resolve?owner=`` who has an account, only what runs they may see."""
+    mine = owner in ("", "me") or (
+        request.user.is_authenticated and owner == request.user.get_username()
+    )
+    if mine or exc.status != 404:
+        return exc
+    try:
+        kind, label = baselines.parse_ref(request.query_params.get("ref", ""))
+    except baselines.BaselineError:
+        return exc
+    if kind != "latest":
+        return exc
+    return baselines.BaselineError(
+        404,
+        "no_baseline",
+        f"no run of owner {owner[:60]!r} that you can see is marked {label!r}; check the "
+        "owner and the label, or compare with an explicit run id",
+        "ref",
+    )

@@ -6,10 +6,19 @@
 - ``GET /api/v1/history/?fingerprint=F&metric=output_throughput&point=K[&backend=B]``:
   one value per run of the comparable series, oldest first, with the versions each ran
   on and what changed from the previous run.
+- ``GET /api/v1/history/?fingerprint=F&point=*&owner=U&before=RUN``: every point and
+  judged metric at once, for the verdict's run-to-run noise: the newest
+  ``servebench.verdict.LOOKBACK`` succeeded runs of U's series created before RUN.
+
+The compare answer carries the engine's verdict per run and metric (``rows[].verdicts``),
+the same ``servebench compare`` computes from the result documents.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
@@ -19,7 +28,9 @@ from rest_framework.views import APIView
 from portal.api.errors import ApiError
 from portal.benchmarks import compare as cmp
 from portal.benchmarks import history as hist
+from portal.benchmarks import queries
 from portal.benchmarks.models import Run
+from servebench import verdict
 
 
 class Compare(APIView):
@@ -32,8 +43,13 @@ class Compare(APIView):
         responses={200: OpenApiTypes.OBJECT},
         description=(
             "Each metric per point for every run, `relative_to_baseline` = value / "
-            "baseline's - 1 (null for the baseline or where either is missing), and "
-            "`environment_diff`: only the fields whose values differ."
+            "baseline's - 1 (null for the baseline or where either is missing), "
+            "`verdicts`: the verdict engine's judgement of each run against the baseline "
+            "(worse / better / within noise / within threshold / noise not measured / no "
+            "data / not comparable, with the interval, its method and the noise source; "
+            "null for the baseline and for metrics that are not judged), per run "
+            "`comparable` and the fingerprint `differences`, and `environment_diff`: only "
+            "the fields whose values differ."
         ),
     )
     def get(self, request: Request) -> Response:
@@ -58,14 +74,24 @@ class History(APIView):
         parameters=[
             OpenApiParameter("fingerprint", str, required=True, description="Run.fingerprint."),
             OpenApiParameter("metric", str, enum=list(hist.HISTORY_METRICS)),
-            OpenApiParameter("point", str, description="Point key; default: top concurrency."),
+            OpenApiParameter(
+                "point", str, description="Point key; default: top concurrency; `*`: all."
+            ),
             OpenApiParameter("backend", str, description="Backend name (default: the point's)."),
+            OpenApiParameter("owner", str, description="With point=*: whose runs (username)."),
+            OpenApiParameter("before", str, description="With point=*: runs before this run."),
         ],
         responses={200: OpenApiTypes.OBJECT},
-        description="One value per run of a comparable series (same fingerprint), in time order.",
+        description=(
+            "One value per run of a comparable series (same fingerprint), in time order. "
+            "With `point=*`, `owner` and `before`: the run-to-run noise the verdict uses, "
+            "`runs` (oldest first) and per backend, point and metric the runs' `values`."
+        ),
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
+        if params.get("point") == "*":
+            return Response(self._noise(request))
         try:
             history = hist.history(
                 request.user,
@@ -83,3 +109,36 @@ class History(APIView):
                 404, "not_found", "no run with this fingerprint that you can see"
             ) from None
         return Response(history.as_dict())
+
+    def _noise(self, request: Request) -> dict[str, Any]:
+        params = request.query_params
+        fingerprint = params.get("fingerprint", "")
+        problems = [] if hist.FINGERPRINT_RE.match(fingerprint) else ["fingerprint"]
+        problems += [name for name in ("owner", "before") if not params.get(name)]
+        if problems:
+            message = (
+                f"{problems[0]}: required with point=* (a run's fingerprint, a username, a run id)"
+            )
+            raise ApiError(
+                400, "invalid_parameter", message, [{"field": problems[0], "message": message}]
+            )
+        owner = get_user_model().objects.filter(username=params["owner"]).first()
+        try:
+            before = queries.get_visible_run(request.user, params["before"])
+        except Run.DoesNotExist:
+            raise ApiError(404, "not_found", "no run 'before' that you can see") from None
+        if owner is None:
+            raise ApiError(404, "not_found", f"no user {params['owner'][:60]!r}")
+        runs, values = hist.noise_history(request.user, fingerprint, owner.pk, before)
+        return {
+            "fingerprint": fingerprint,
+            "owner": owner.get_username(),
+            "before": before.public_id,
+            "lookback": verdict.LOOKBACK,
+            "runs": [{"id": r.public_id, "created_at": r.created_at.isoformat()} for r in runs],
+            "series": [
+                {"backend": backend, "point": point, "metric": metric, "values": series}
+                for (backend, point), metrics in values.items()
+                for metric, series in metrics.items()
+            ],
+        }

@@ -20,8 +20,9 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from portal.benchmarks.policy import SpecForbidden
 from portal.benchmarks.queries import FilterError
-from portal.benchmarks.services import RunFinished, SpecError
+from portal.benchmarks.services import IngestRefused, RunFinished, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _flatten(detail: Any, prefix: str = "") -> list[dict[str, str]]:
 
 
 _AUTH_HINT = (
-    "Send 'Authorization: Bearer sb_ci_...' (create a token on your account page or with "
+    "Send 'Authorization: Bearer sb_ci_...' (create a token on the API tokens page or with "
     "`manage.py createtoken USER`), or sign in."
 )
 
@@ -82,11 +83,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's EXCEPTION_HANDLER: every known error becomes the JSON shape above."""
     headers: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    if isinstance(exc, SpecError):
+    if isinstance(exc, SpecForbidden):
+        code, status_code, fields, message = "forbidden_field", 403, exc.errors, str(exc)
+    elif isinstance(exc, SpecError):
         code, status_code, fields = "invalid_spec", 400, exc.errors
         message = str(exc)
         if not fields[0]["field"]:
             fields = []
+    elif isinstance(exc, IngestRefused):
+        code, status_code = "refused", 400
+        message = f"{exc.field}: {exc}"
+        fields = [{"field": exc.field, "message": str(exc)}]
     elif isinstance(exc, FilterError):
         code, status_code, message = "invalid_filter", 400, str(exc)
         fields = [{"field": exc.field, "message": str(exc)}]

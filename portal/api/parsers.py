@@ -28,7 +28,7 @@ def load_yaml(text: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid syntax"
+        problem = getattr(exc, "problem", None) or str(exc) or "invalid syntax"
         raise ParseError(f"YAML parse error{where}: {problem}") from None
 
 

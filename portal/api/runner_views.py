@@ -27,20 +27,47 @@ from portal.api.serializers import AcceptedSerializer, MeasurementAcceptedSerial
 from portal.api.views import check_body_size
 from portal.benchmarks import services
 from portal.benchmarks.models import Run
+from portal.dispatch.executors import ExecutorError, get_executor
 from portal.lib.logctx import bound_run
 from runners import result as rr
-from runners.spec import errors_from
+from runners.spec import errors_from, json_problem
 
 
 def _validate(model: type[BaseModel], data: Any) -> Any:
+    """The body as ``model``; 400 naming the field for anything that could not be stored
+    or shown (``json_problem``: NUL, lone surrogates, inf, huge integers) or validated."""
     if not isinstance(data, dict):
         raise ApiError(400, "invalid", "the body must be a JSON object")
+    problem = json_problem(data)
+    if problem:
+        field, why = problem
+        raise ApiError(400, "invalid", f"{field}: {why}", [{"field": field, "message": why}])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         fields = errors_from(exc)
         first = fields[0]
         raise ApiError(400, "invalid", f"{first['field']}: {first['message']}", fields) from None
+
+
+def _with_image_digest(run: Run, event: rr.Event) -> rr.Event:
+    """The environment with the image digest the executor saw (a Kubernetes Pod's
+    ``imageID``), which the runner cannot know from inside its container; unchanged when
+    the executor knows none."""
+    if not run.executor or not run.executor_handle:
+        return event
+    try:
+        digest = get_executor(run.executor).image_digest(run.executor_handle)
+    except ExecutorError:
+        return event
+    if not digest:
+        return event
+    environment = dict(event.environment or {})
+    container = environment.get("container")
+    container = dict(container) if isinstance(container, dict) else {}
+    container.update(image_digest=digest, image_digest_source=f"{run.executor} executor")
+    environment["container"] = container
+    return event.model_copy(update={"environment": environment})
 
 
 class RunnerView(APIView):
@@ -70,6 +97,8 @@ class RunnerEvents(RunnerView):
         run = self.run_for(request, public_id)
         with bound_run(run.public_id):
             event = _validate(rr.Event, request.data)
+            if event.type == "environment" and event.environment is not None:
+                event = _with_image_digest(run, event)
             status = services.ingest_event(run, event)
         return Response({"ok": True, "run_status": status})
 
@@ -89,5 +118,8 @@ class RunnerMeasurements(RunnerView):
         run = self.run_for(request, public_id)
         with bound_run(run.public_id):
             measurement = _validate(rr.Measurement, request.data)
-            _, created = services.ingest_measurement(run, measurement)
+            try:
+                _, created = services.ingest_measurement(run, measurement)
+            except services.StorageUnavailable as exc:
+                raise ApiError(503, "storage_unavailable", str(exc)) from None
         return Response({"ok": True, "created": created}, status=201 if created else 200)

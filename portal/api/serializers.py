@@ -11,7 +11,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.benchmarks import queries, sharing
 from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks.queue import queue_info
 from runners import spec as rs
 
 LATENCY_FIELDS = [
@@ -44,6 +46,9 @@ class RunSerializer(serializers.ModelSerializer):
 
     id = serializers.CharField(source="public_id")
     owner = serializers.CharField(source="owner.username")
+    failure_reason = serializers.SerializerMethodField(
+        help_text="Why it failed: whole for its owner, the first line for other readers."
+    )
     progress = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
 
@@ -70,6 +75,9 @@ class RunSerializer(serializers.ModelSerializer):
             "links",
         ]
 
+    def get_failure_reason(self, run: Run) -> str:
+        return sharing.failure_reason_for(_user(self.context), run)
+
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict[str, int]:
         return {"done": run.progress_done, "total": run.progress_total}
@@ -91,10 +99,16 @@ class RunSerializer(serializers.ModelSerializer):
         }
 
 
+def _user(context: dict[str, Any]) -> Any:
+    request = context.get("request")
+    return getattr(request, "user", None)
+
+
 def run_summaries(runs: Any, request: Any = None) -> list[dict[str, Any]]:
     """RunSerializer's output for many runs, without DRF's per-field machinery (the runs
     list's main cost). ``tests/portal/test_api_runs.py`` checks the two agree."""
     origin = request.build_absolute_uri("/")[:-1] if request is not None else ""
+    user = getattr(request, "user", None)
     out = []
     for run in runs:
         api = f"{origin}/api/v1/runs/{run.public_id}"
@@ -103,7 +117,7 @@ def run_summaries(runs: Any, request: Any = None) -> list[dict[str, Any]]:
                 "id": run.public_id,
                 "name": run.name,
                 "status": run.status,
-                "failure_reason": run.failure_reason,
+                "failure_reason": sharing.failure_reason_for(user, run),
                 "owner": run.owner.username,
                 "model_id": run.model_id,
                 "gpu_name": run.gpu_name,
@@ -169,11 +183,14 @@ class MeasurementSerializer(serializers.ModelSerializer):
 MEASUREMENT_FIELDS = tuple(MeasurementSerializer.Meta.fields)
 
 
-def measurement_rows(run: Run) -> list[dict[str, Any]]:
-    """A run's measurements as MeasurementSerializer's JSON, straight from ``values()``."""
-    from portal.benchmarks.queries import run_measurements
-
-    return list(run_measurements(run).values(*MEASUREMENT_FIELDS))
+def measurement_rows(run: Run, user: Any = None) -> list[dict[str, Any]]:
+    """A run's measurements as MeasurementSerializer's JSON, straight from ``values()``;
+    errors as ``user`` may read them (``sharing.error_for``)."""
+    manager = queries.may_manage(user, run)
+    rows = list(queries.run_measurements(run).values(*MEASUREMENT_FIELDS))
+    for row in rows:
+        row["error"] = sharing.error_for(manager, row["error"])
+    return rows
 
 
 class EnvironmentSerializer(serializers.ModelSerializer):
@@ -198,10 +215,17 @@ class RunDetailSerializer(RunSerializer):
 
     measurements = serializers.SerializerMethodField()
     environment = serializers.SerializerMethodField()
+    queue = serializers.SerializerMethodField(
+        help_text=(
+            "While queued: {position, ahead, slots, busy, message}: the runs ahead of it and "
+            "the executor's slots in use. null once dispatched."
+        )
+    )
 
     class Meta(RunSerializer.Meta):
         fields = [
             *RunSerializer.Meta.fields,
+            "queue",
             "spec",
             "spec_version",
             "outcome",
@@ -213,6 +237,10 @@ class RunDetailSerializer(RunSerializer):
             "environment",
         ]
 
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_queue(self, run: Run) -> dict[str, Any] | None:
+        return queue_info(run)
+
     @extend_schema_field(MeasurementSerializer(many=True))
     def get_measurements(self, run: Run) -> list[dict[str, Any]]:
         # Plain rows from ``measurement_rows``: DRF's per-field machinery costs more than
@@ -222,7 +250,22 @@ class RunDetailSerializer(RunSerializer):
     @extend_schema_field(EnvironmentSerializer(allow_null=True))
     def get_environment(self, run: Run) -> dict[str, Any] | None:
         env = self.context.get("environment")
-        return EnvironmentSerializer(env).data if env is not None else None
+        if env is None:
+            return None
+        data = dict(EnvironmentSerializer(env).data)
+        data["snapshot"] = sharing.scrub_value(data.get("snapshot") or {})
+        return data
+
+    def to_representation(self, run: Run) -> dict[str, Any]:
+        data = super().to_representation(run)
+        manager = queries.may_manage(_user(self.context), run)
+        data["errors"] = [
+            {**e, "message": sharing.error_for(manager, e.get("message"))}
+            if isinstance(e, dict)
+            else e
+            for e in data.get("errors") or []
+        ]
+        return data
 
 
 class PresetSerializer(serializers.Serializer):

@@ -1,7 +1,9 @@
 """REST API v1 views: runs, presets, the spec schema, and /healthz.
 
-Visibility: a run is readable by its owner, by staff, and by anyone if it is public;
-everyone else gets 404 (never 403: ids do not leak). Only the owner (or staff) cancels.
+Visibility (``queries.run_access``, the one rule): a run is readable by its owner, by
+staff, and by anyone if it is public; everyone else gets 404 (never 403: ids do not
+leak). Only the owner (or staff) cancels, and only they read whole failure reasons and
+runner errors (others get their first line: ``sharing``).
 Creating a run needs a signed-in user or a CI token.
 """
 
@@ -34,7 +36,7 @@ from portal.api.serializers import (
     measurement_rows,
     run_summaries,
 )
-from portal.benchmarks import queries, services
+from portal.benchmarks import queries, services, sharing
 from portal.benchmarks.models import Environment, Run
 from runners import spec as rs
 
@@ -138,7 +140,7 @@ class RunListCreate(APIView):
         if isinstance(data, dict) and isinstance(data.get("spec"), str):
             # A spec given as YAML/JSON text inside the JSON body.
             data = {**data, "spec": load_yaml(data["spec"])}
-        req = services.spec_from_request(data)
+        req = services.spec_from_request(data, request.user)
         run = services.create_run(request.user, req.spec, req.name, is_public=req.is_public)
         body = RunSerializer(run, context={"request": request}).data
         return Response(body, status=201, headers={"Location": body["links"]["self"]})
@@ -150,7 +152,7 @@ class RunDetail(APIView):
         run = get_run_or_404(request.user, public_id)
         context = {
             "request": request,
-            "measurements": measurement_rows(run),
+            "measurements": measurement_rows(run, request.user),
             "environment": Environment.objects.filter(run=run).first(),
         }
         return Response(RunDetailSerializer(run, context=context).data)
@@ -165,7 +167,7 @@ class RunResult(APIView):
     )
     def get(self, request: Request, public_id: str) -> Response:
         run = get_run_or_404(request.user, public_id)
-        response = Response(services.result_document(run))
+        response = Response(sharing.document_for(request.user, run, services.result_document(run)))
         if request.query_params.get("download"):
             response["Content-Disposition"] = (
                 f'attachment; filename="servebench-{run.public_id}-result.json"'
@@ -211,7 +213,7 @@ class RunCancel(APIView):
     )
     def post(self, request: Request, public_id: str) -> Response:
         run = get_run_or_404(request.user, public_id)
-        if not queries.can_cancel(request.user, run):
+        if not queries.may_manage(request.user, run):
             raise ApiError(403, "forbidden", "only the run's owner can cancel it")
         if not services.cancel_run(run, by=request.user):
             run.refresh_from_db()

@@ -1,14 +1,23 @@
-"""Side-by-side comparison of runs: metrics per point relative to a baseline run, and the
-environment fields that differ.
+"""Side-by-side comparison of runs: metrics per point relative to a baseline run, the
+engine's verdict on each change, and the environment fields that differ.
 
 ``compare(user, ids, baseline)`` reads everything in a fixed number of queries (runs,
-measurements, environments; one more for goodput arrays when an SLO needs them),
-whatever the number of runs or points. The web page and ``GET /api/v1/compare/`` both
-render its ``Comparison``.
+measurements, environments; the series' earlier runs and their values when the noise
+needs them; the per-request samples of the changes beyond the threshold; goodput arrays
+when an SLO needs them), whatever the number of runs or points. The web page and
+``GET /api/v1/compare/`` both render its ``Comparison``.
 
-Points match across runs by (backend, point key). A run's backend is named by its kind
-("vllm", "hf-sequential") when it is the run's only backend of that kind, so runs whose
-single vLLM backends carry different names still line up.
+- **Comparable?** A run is comparable with the baseline when their fingerprints agree
+  (``runners.fingerprint``: one definition for the runner, the portal and the CLI); else
+  every change is "not comparable" and ``Column.differences`` says what differs.
+- **Verdicts**: ``servebench.verdict.compare_metric``, the engine ``servebench compare``
+  and the re-run check call too, with the same inputs: each run's repeats of the point
+  (the client's reported metrics, per-request samples read through
+  ``portal.benchmarks.samples``), and the base's series history (``history.noise_history``)
+  for the run-to-run noise. Only ``worse`` and ``better`` are coloured.
+- Points match across runs by (backend, point key). A run's backend is named by its kind
+  ("vllm", "hf-sequential") when it is the run's only backend of that kind, so runs whose
+  single vLLM backends carry different names still line up.
 
 The environment diff lists only the fields whose values are not all equal: software
 versions (vLLM, PyTorch, driver, CUDA...), the GPU, the model and its revision, dtype
@@ -25,12 +34,16 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from portal.benchmarks import history as hist
 from portal.benchmarks import points as pts
-from portal.benchmarks import queries
+from portal.benchmarks import queries, samples
 from portal.benchmarks.models import Environment, Measurement, Run
+from runners import fingerprint as rf
 from runners import spec as rs
 from runners.environment import get as env_get
 from runners.vllm_server import serve_flags
+from servebench import verdict as engine
+from servebench.compare import backend_label
 
 MAX_RUNS = 12
 _ID = re.compile(r"^[a-z0-9]{1,40}$")
@@ -160,12 +173,18 @@ def environment_diff(fields_per_run: Sequence[Mapping[str, str]]) -> list[EnvRow
 
 @dataclass
 class Column:
-    """One compared run."""
+    """One compared run: its points, and how it stands against the baseline."""
 
     run: Run
     results: pts.RunResults
     environment: Environment | None
     points: dict[tuple[str, str], pts.PointStats] = field(default_factory=dict)
+    sides: dict[tuple[str, str], engine.Side] = field(default_factory=dict)
+    ids: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    components: dict[str, Any] | None = None
+    comparable: bool = True
+    differences: list[rf.Difference] = field(default_factory=list)
+    history_runs: int = 0
 
     @property
     def label(self) -> str:
@@ -189,7 +208,8 @@ class MetricRow:
     metric: pts.Metric
     values: list[float | None]
     deltas: list[float | None]
-    verdicts: list[str]  # "better", "worse" or "" per run (the baseline's is "")
+    verdicts: list[str]  # "better", "worse" or "" per run: the colour (baseline: "")
+    judgements: list[engine.MetricVerdict | None] = field(default_factory=list)
 
 
 @dataclass
@@ -219,6 +239,16 @@ class Comparison:
                 out.append(deltas[mid] if len(deltas) % 2 else (deltas[mid - 1] + deltas[mid]) / 2)
         return out
 
+    def counts(self, i: int) -> dict[str, int]:
+        """Run ``i``'s verdicts against the baseline, per verdict word, in the engine's
+        order (worse first); empty for the baseline."""
+        found: dict[str, int] = defaultdict(int)
+        for row in self.rows:
+            judgement = row.judgements[i] if row.judgements else None
+            if judgement is not None:
+                found[judgement.verdict] += 1
+        return {word: found[word] for word in engine.VERDICTS if found.get(word)}
+
     def as_dict(self) -> dict[str, Any]:
         """The API's answer (plain JSON)."""
         return {
@@ -232,8 +262,16 @@ class Comparison:
                     "status": c.run.status,
                     "created_at": c.run.created_at.isoformat(),
                     "url": c.run.get_absolute_url(),
+                    "fingerprint": c.run.fingerprint,
+                    "comparable": c.comparable,
+                    "differences": [
+                        {"field": d.field, "baseline": d.base, "run": d.other}
+                        for d in c.differences
+                    ],
+                    "history_runs": c.history_runs,
+                    "verdicts": self.counts(i),
                 }
-                for c in self.columns
+                for i, c in enumerate(self.columns)
             ],
             "metrics": [
                 {"key": m.key, "label": m.label, "unit": m.unit, "better": m.better}
@@ -249,29 +287,39 @@ class Comparison:
                     "metric": r.metric.key,
                     "values": r.values,
                     "relative_to_baseline": r.deltas,
+                    "verdicts": [_compact(j) for j in r.judgements],
                 }
                 for r in self.rows
             ],
+            "verdict_rules": {
+                "threshold": engine.DEFAULT_THRESHOLD,
+                "confidence": engine.DEFAULT_CONFIDENCE,
+                "bootstrap": engine.DEFAULT_BOOTSTRAP,
+                "seed": 0,
+                "min_history": engine.MIN_HISTORY,
+                "lookback": engine.LOOKBACK,
+            },
             "environment_diff": [{"field": e.label, "values": e.values} for e in self.env_diff],
         }
 
 
-def backend_label(kind: str, name: str, kinds: Mapping[str, int]) -> str:
-    return kind if kinds.get(kind, 0) == 1 else name
+VERDICT_FIELDS = ("metric", "verdict", "change", "interval", "noise", "history_runs", "method")
 
 
-def _verdict(metric: pts.Metric, delta: float | None) -> str:
-    if delta is None or not metric.better or abs(delta) < 0.005:
-        return ""
-    improved = delta > 0 if metric.better == "higher" else delta < 0
-    return "better" if improved else "worse"
+def _compact(judgement: engine.MetricVerdict | None) -> dict[str, Any] | None:
+    """A verdict as the API lists it per run and row (the rules are said once, in
+    ``verdict_rules``; ``servebench compare --format json`` has the long form)."""
+    if judgement is None:
+        return None
+    full = judgement.as_dict()
+    return {key: full[key] for key in VERDICT_FIELDS}
 
 
 def metric_rows(
     columns: Sequence[Column], baseline: int, metrics: Iterable[pts.Metric] = pts.METRICS
 ) -> tuple[list[PointRef], list[MetricRow]]:
     """Every (point, metric) any run has, with each run's value and its relative
-    difference to the baseline run's."""
+    difference to the baseline run's (verdicts are filled by ``judge``)."""
     refs: dict[tuple[str, str], PointRef] = {}
     order = [baseline, *[i for i in range(len(columns)) if i != baseline]]
     for i in order:
@@ -297,10 +345,85 @@ def metric_rows(
                 for v in values
             ]
             deltas[baseline] = None
-            rows.append(
-                MetricRow(ref, metric, values, deltas, [_verdict(metric, d) for d in deltas])
-            )
+            blank = [""] * len(columns)
+            rows.append(MetricRow(ref, metric, values, deltas, blank, [None] * len(columns)))
     return [r for _, r in ordered], rows
+
+
+def _seed(label: str, point_key: str) -> str:
+    # servebench.compare.compare_documents seeds each point so (seed 0).
+    return f"0|{label}|{point_key}"
+
+
+def judge(
+    user: AbstractBaseUser | AnonymousUser,
+    columns: Sequence[Column],
+    baseline: int,
+    rows: Sequence[MetricRow],
+) -> None:
+    """Fill every row's verdicts with the engine, at its defaults (the CLI's): history of
+    the baseline's series (two queries, when a comparable run needs it) and per-request
+    samples only where they could change a verdict (``samples_needed``; one query)."""
+    base = columns[baseline]
+    others = [i for i in range(len(columns)) if i != baseline]
+    histories: dict[int, hist.SeriesValues] = {}
+    comparable = [i for i in others if columns[i].comparable]
+    if comparable and base.run.fingerprint:
+        newest = max(columns[i].run.created_at for i in comparable)
+        series = hist.series_runs(user, base.run.fingerprint, base.run.owner_id, until=newest)
+        chosen = {i: hist.earlier(series, columns[i].run) for i in comparable}
+        union = {r.pk: r for runs in chosen.values() for r in runs}
+        values = hist.run_values(list(union.values()))
+        for i in comparable:
+            histories[i] = hist.series_values(chosen[i], values)
+            enough = len(chosen[i]) >= engine.MIN_HISTORY
+            columns[i].history_runs = len(chosen[i]) if enough else 0
+    todo = []
+    for row in rows:
+        metric = engine.judged_metric(row.metric.key)
+        key = (row.point.backend, row.point.point_key)
+        base_side = base.sides.get(key)
+        if metric is None or base_side is None:
+            continue
+        for i in others:
+            side = columns[i].sides.get(key)
+            if side is not None:
+                todo.append((row, metric, key, i, base_side, side))
+    needed: set[int] = set()
+    gaps = False  # the token gaps, by far the largest arrays, only for an ITL statistic
+    for _row, metric, key, i, base_side, side in todo:
+        series = histories.get(i, {}).get(key, {}).get(metric.key)
+        same = columns[i].comparable
+        if engine.samples_needed(metric, base_side, side, history=series, comparable=same):
+            needed.update(base.ids[key])
+            needed.update(columns[i].ids[key])
+            gaps = gaps or metric.latency == "itl"
+    keys = None if gaps else [k for k in samples.KEYS if k != "itls"]
+    found = samples.details(needed, keys)
+    for column in columns:
+        for key, side in column.sides.items():
+            if any(pk in found for pk in column.ids[key]):
+                side.details = [found.get(pk, {}) for pk in column.ids[key]]
+    for row, metric, key, i, base_side, side in todo:
+        series = histories.get(i, {}).get(key, {})
+        judgement = engine.compare_metric(
+            metric,
+            base_side,
+            side,
+            history=series.get(metric.key),
+            comparable=columns[i].comparable,
+            seed=_seed(*key),
+        )
+        row.judgements[i] = judgement
+        row.verdicts[i] = judgement.coloured
+
+
+def _fingerprint_parts(run: Run, environment: Environment | None) -> dict[str, Any] | None:
+    try:
+        spec = rs.parse_spec(run.spec)
+    except rs.SpecError:
+        return None
+    return rf.components(spec, environment.snapshot if environment else None)
 
 
 def compare(
@@ -331,16 +454,36 @@ def compare(
             pts.aggregate(rows, extra), slos.get(run.pk), [], pts.spec_sweeps(run.spec)
         )
         column = Column(run, results, environments.get(run.pk))
+        column.components = _fingerprint_parts(run, column.environment)
         kinds: dict[str, int] = defaultdict(int)
         for b in {(m.backend, m.backend_kind) for m in rows}:
             kinds[b[1]] += 1
+        labels = {}
         for p in results.points:
             if p.ok:
                 label = backend_label(p.backend_kind, p.backend, kinds)
+                labels[(p.backend, p.point_key)] = label
                 column.points[(label, p.point_key)] = p
+        for m in sorted(rows, key=lambda m: (m.repeat, m.pk)):
+            label = labels.get((m.backend, m.point_key))
+            if label is None or m.status != "succeeded":
+                continue
+            side = column.sides.setdefault((label, m.point_key), engine.Side())
+            side.metrics.append(m.metrics or {})
+            column.ids.setdefault((label, m.point_key), []).append(m.pk)
         columns.append(column)
     base = ids.index(baseline)
+    reference = columns[base].components
+    for i, column in enumerate(columns):
+        if i == base:
+            continue
+        if reference is None or column.components is None:
+            column.comparable = column.run.fingerprint == columns[base].run.fingerprint != ""
+        elif rf.fingerprint_of(reference) != rf.fingerprint_of(column.components):
+            column.comparable = False
+            column.differences = rf.differences(reference, column.components)
     refs, rows = metric_rows(columns, base)
+    judge(user, columns, base, rows)
     diff = environment_diff(
         [
             environment_fields(c.run, c.environment.snapshot if c.environment else None)

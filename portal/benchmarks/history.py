@@ -9,6 +9,11 @@ point where a version changed from the previous one.
 Three queries whatever the length of the history (the newest run for the title, the
 points on offer, the series itself, aggregated in SQL); at most ``MAX_POINTS`` runs, the
 newest.
+
+The same series is where the verdict's run-to-run noise comes from when runs have one
+repeat (``noise_history``): the newest ``servebench.verdict.LOOKBACK`` succeeded runs of
+the base's owner with its fingerprint, created before the candidate, one value per run
+and point (two queries).
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from portal.benchmarks import points as pts
 from portal.benchmarks import queries
-from portal.benchmarks.models import Measurement, Run
+from portal.benchmarks.models import Measurement, Run, RunStatus
+from servebench import verdict
+from servebench.compare import backend_label
 
 MAX_POINTS = 1000
-_FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
+FINGERPRINT_RE = re.compile(r"^[0-9a-f]{8,64}$")
 
 # Metrics stored as columns (aggregated in SQL): the headline ones.
 HISTORY_METRICS: tuple[str, ...] = (
@@ -165,7 +172,7 @@ def history(
     limit: int = MAX_POINTS,
 ) -> History:
     """The series; Run.DoesNotExist when ``user`` sees no run with this fingerprint."""
-    if not _FINGERPRINT.match(fingerprint or ""):
+    if not FINGERPRINT_RE.match(fingerprint or ""):
         raise Run.DoesNotExist("not a fingerprint")
     if metric not in HISTORY_METRICS:
         raise HistoryError(
@@ -225,3 +232,111 @@ def history(
         points=series,
         truncated=truncated,
     )
+
+
+# --------------------------------------------------------------------------- noise
+
+
+@dataclass(frozen=True)
+class SeriesRun:
+    pk: int
+    public_id: str
+    created_at: datetime
+
+
+# (backend label, point key) -> the engine's metric key -> one value per run, oldest first
+SeriesValues = dict[tuple[str, str], dict[str, list[float]]]
+
+
+def series_runs(
+    user: AbstractBaseUser | AnonymousUser,
+    fingerprint: str,
+    owner_id: int,
+    *,
+    until: datetime | None = None,
+) -> list[SeriesRun]:
+    """The succeeded runs of one series that ``user`` may see, oldest first: the runs of
+    ``owner_id`` with this fingerprint (created before ``until``, when given). Only one
+    owner's runs count, so nobody else's runs can widen the noise a gate is judged by.
+    One query over the (fingerprint, created_at) index."""
+    runs = queries.visible_runs(user).filter(
+        fingerprint=fingerprint, owner_id=owner_id, status=RunStatus.SUCCEEDED
+    )
+    if until is not None:
+        runs = runs.filter(created_at__lt=until)
+    return [
+        SeriesRun(pk, public_id, created_at)
+        for pk, public_id, created_at in runs.order_by("created_at", "id").values_list(
+            "pk", "public_id", "created_at"
+        )
+    ]
+
+
+def earlier(
+    runs: list[SeriesRun], candidate: Run, lookback: int = verdict.LOOKBACK
+) -> list[SeriesRun]:
+    """The newest ``lookback`` of ``runs`` created before ``candidate`` (never itself)."""
+    before = [r for r in runs if r.created_at < candidate.created_at and r.pk != candidate.pk]
+    return before[-lookback:] if lookback > 0 else []
+
+
+_NOISE_METRICS = tuple(m for m in HISTORY_METRICS if verdict.judged_metric(m) is not None)
+
+
+def run_values(runs: list[SeriesRun]) -> dict[int, dict[tuple[str, str], dict[str, float]]]:
+    """Per run: (backend label, point key) -> the engine's metric key -> the run's value
+    (the mean over its succeeded repeats), for the judged metrics stored as columns. One
+    query, aggregated in SQL. Backends are labelled as the compare verdict labels them
+    (``servebench.compare.backend_label``), so a renamed backend stays in its series."""
+    if not runs:
+        return {}
+    rows = list(
+        Measurement.objects.filter(run_id__in=[r.pk for r in runs], status="succeeded")
+        .values("run_id", "backend", "backend_kind", "point_key")
+        .annotate(**{f"m_{key}": Avg(key) for key in _NOISE_METRICS})
+        .order_by()
+    )
+    kinds: dict[int, dict[str, set[str]]] = {}
+    for row in rows:
+        kinds.setdefault(row["run_id"], {}).setdefault(row["backend_kind"], set()).add(
+            row["backend"]
+        )
+    out: dict[int, dict[tuple[str, str], dict[str, float]]] = {}
+    for row in rows:
+        counts = {kind: len(names) for kind, names in kinds[row["run_id"]].items()}
+        label = backend_label(row["backend_kind"], row["backend"], counts)
+        values = out.setdefault(row["run_id"], {}).setdefault((label, row["point_key"]), {})
+        for key in _NOISE_METRICS:
+            value = row[f"m_{key}"]
+            if value is not None:
+                values[verdict.parse_metric(key).key] = float(value)
+    return out
+
+
+def series_values(
+    chosen: list[SeriesRun], values: dict[int, dict[tuple[str, str], dict[str, float]]]
+) -> SeriesValues:
+    """The history the verdict takes: per point and metric, the chosen runs' values in
+    their order (a run without the value is skipped)."""
+    out: SeriesValues = {}
+    for run in chosen:
+        for point, metrics in values.get(run.pk, {}).items():
+            series = out.setdefault(point, {})
+            for key, value in metrics.items():
+                series.setdefault(key, []).append(value)
+    return out
+
+
+def noise_history(
+    user: AbstractBaseUser | AnonymousUser,
+    fingerprint: str,
+    owner_id: int,
+    before: Run,
+    lookback: int = verdict.LOOKBACK,
+) -> tuple[list[SeriesRun], SeriesValues]:
+    """The earlier runs of a series that the verdict's run-to-run noise comes from, and
+    their values: the newest ``lookback`` succeeded runs of ``owner_id`` with this
+    fingerprint created before ``before`` (two queries)."""
+    runs = series_runs(user, fingerprint, owner_id, until=before.created_at)
+    chosen = earlier(runs, before, lookback)
+    return chosen, series_values(chosen, run_values(chosen))

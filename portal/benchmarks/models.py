@@ -255,7 +255,22 @@ class Measurement(models.Model):
     metrics = models.JSONField(default=dict, blank=True, help_text="Every metric key sent.")
     server_metrics = models.JSONField(null=True, blank=True)
     raw = models.JSONField(default=dict, blank=True, help_text="The client's JSON output.")
-    detail = models.JSONField(default=dict, blank=True, help_text="Per-request arrays.")
+    detail = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per-request arrays of measurements stored before samples moved out; {} since.",
+    )
+    samples = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=(
+            "Name of the per-request arrays' object in the 'samples' storage "
+            "(portal.benchmarks.samplestore); empty when they are in 'detail' or absent."
+        ),
+    )
+    samples_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Compressed size of the samples object."
+    )
     commands = models.JSONField(default=dict, blank=True)
 
     started_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,9 @@ mean the same thing everywhere.
   deviation, min and max across the succeeded repeats, failures counted.
 - ``run_results(run)``: the run's ``RunResults`` in one query (two when the spec has an
   SLO and the client reported no goodput: the per-request arrays it needs).
+- ``PointStats.uncertainty(key)``: how well a number is known: a t interval over the
+  repeats, or for a point measured once its request-level interval
+  (``attach_request_intervals``: one query, samples through ``portal.benchmarks.samples``).
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models.fields.json import KT, KeyTransform
-
-from portal.benchmarks import goodput, queries
+from portal.benchmarks import goodput, queries, samples
 from portal.benchmarks.models import Measurement, Run
 from runners import spec as rs
+from servebench import stats
+from servebench.verdict import judged_metric
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,37 @@ def measurement_values(
     return values
 
 
+@dataclass(frozen=True)
+class Uncertainty:
+    """A value and its 95% interval: over ``repeats`` (``method`` "repeats": run-to-run
+    spread) or over the requests of one repeat (request-level; ``samples`` requests)."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+    repeats: int
+    samples: int
+
+    @property
+    def relative(self) -> float:
+        """The interval's larger half-width as a fraction of the value (inf: unbounded)."""
+        if not self.value:
+            return math.inf
+        return max(self.high - self.value, self.value - self.low) / abs(self.value)
+
+    @property
+    def request_level(self) -> bool:
+        return self.method != "repeats"
+
+    def describe(self) -> str:
+        """'±3.1% (95% interval over 3 repeats)' / '... of 32 requests, 1 repeat' ."""
+        spread = "unbounded" if math.isinf(self.relative) else f"±{self.relative:.1%}"
+        if self.request_level:
+            return f"{spread} (95% request-level interval, {self.samples} requests, 1 repeat)"
+        return f"{spread} (95% interval over {self.repeats} repeats)"
+
+
 @dataclass
 class PointStats:
     """One backend at one sweep point, its repeats aggregated."""
@@ -130,6 +164,22 @@ class PointStats:
     std: dict[str, float] = field(default_factory=dict)
     low: dict[str, float] = field(default_factory=dict)
     high: dict[str, float] = field(default_factory=dict)
+    # One repeat: each metric's request-level 95% interval (``attach_request_intervals``).
+    requests: dict[str, Uncertainty] = field(default_factory=dict)
+    samples: int = 0  # requests per repeat, when the per-request samples were read
+    ids: list[int] = field(default_factory=list)  # the succeeded measurements' ids
+
+    def uncertainty(self, key: str) -> Uncertainty | None:
+        """How well ``key`` is known: a t interval over the repeats when there are
+        several (run-to-run spread), else the request-level interval, else None."""
+        mean = self.mean.get(key)
+        if mean is None:
+            return None
+        if self.repeats > 1 and key in self.std:
+            half = stats.t_quantile(0.975, self.repeats - 1) * self.std[key]
+            half /= math.sqrt(self.repeats)
+            return Uncertainty(mean, mean - half, mean + half, "repeats", self.repeats, 0)
+        return self.requests.get(key)
 
     @property
     def x(self) -> float:
@@ -154,7 +204,8 @@ class PointStats:
         """'concurrency 16', 'prompt 1024 tokens' ... for sentences and headings."""
         if self.axis is None or self.value is None:
             return self.sweep
-        return AXIS_WORDS.get(self.axis, self.axis + " {}").format(number(self.value))
+        words = AXIS_WORDS.get(self.axis)  # stored text is never a format string
+        return words.format(number(self.value)) if words else f"{self.axis} {number(self.value)}"
 
 
 AXIS_WORDS = {
@@ -308,6 +359,7 @@ def aggregate(
             point.failed += 1
             continue
         point.repeats += 1
+        point.ids.append(m.pk)
         values[key].append(row)
     for key, point in points.items():
         _aggregate_values(point, values[key])
@@ -330,29 +382,8 @@ def spec_slo(spec: Mapping[str, Any]) -> dict[str, float] | None:
 
 def detail_arrays(measurement_ids: list[int]) -> dict[int, dict[str, Any]]:
     """The per-request arrays goodput needs, without the large ITL lists (one query)."""
-    if not measurement_ids:
-        return {}
-    rows = (
-        Measurement.objects.filter(pk__in=measurement_ids)
-        .annotate(
-            d_ttfts=KeyTransform("ttfts", "detail"),
-            d_latencies=KeyTransform("latencies", "detail"),
-            d_output_lens=KeyTransform("output_lens", "detail"),
-            d_errors=KeyTransform("errors", "detail"),
-            d_duration=KT("raw__duration"),
-        )
-        .values_list("pk", "d_ttfts", "d_latencies", "d_output_lens", "d_errors", "d_duration")
-    )
-    out: dict[int, dict[str, Any]] = {}
-    for pk, ttfts, latencies, output_lens, errors, duration in rows:
-        out[pk] = {
-            "ttfts": ttfts,
-            "latencies": latencies,
-            "output_lens": output_lens,
-            "errors": errors,
-            "duration": duration,
-        }
-    return out
+    keys = ("ttfts", "latencies", "output_lens", "errors")
+    return samples.details(measurement_ids, keys, with_duration=True)
 
 
 def goodput_extra(
@@ -387,3 +418,41 @@ def run_results(run: Run) -> RunResults:
     extra = goodput_extra(measurements, lambda m: slo)
     server = [m.server_metrics for m in measurements if isinstance(m.server_metrics, dict)]
     return RunResults(aggregate(measurements, extra), slo, server, spec_sweeps(run.spec))
+
+
+# Per-request arrays a run page reads for request-level intervals: not the token gaps
+# (by far the largest), so ITL statistics get an interval from repeats only.
+_INTERVAL_KEYS = ("ttfts", "latencies", "output_lens", "input_lens", "errors")
+_RATES = ("request_throughput", "output_throughput", "total_token_throughput")
+
+
+def attach_request_intervals(results: RunResults, confidence: float = 0.95) -> None:
+    """Give every point measured once its request-level intervals (``PointStats.requests``):
+    throughput from the per-request rates (delta method), latency statistics from their
+    samples (order statistics for percentiles, t for means). One query, for those points'
+    samples without their token gaps; points with repeats keep their run-to-run spread."""
+    once = [p for p in results.points if p.repeats == 1 and p.ids]
+    found = samples.details([p.ids[0] for p in once], _INTERVAL_KEYS)
+    for point in once:
+        detail = found.get(point.ids[0]) or {}
+        if not detail:
+            continue
+        for rate in _RATES:
+            pair = stats.rate_samples(detail, rate)
+            value = point.mean.get(rate)
+            if pair is None or value is None:
+                continue
+            point.samples = len(pair[0])
+            found_interval = stats.rate_interval(pair[0], pair[1], value, confidence)
+            if found_interval is not None:
+                (lo, hi), method = found_interval
+                point.requests[rate] = Uncertainty(value, lo, hi, method, 1, len(pair[0]))
+        for metric_key, value in point.mean.items():
+            metric = judged_metric(metric_key)
+            if metric is None or metric.latency in (None, "itl"):
+                continue
+            values = stats.latency_samples(detail, metric.latency)
+            interval = stats.value_interval(values, metric.quantile, confidence)
+            if interval is not None:
+                (lo, hi), method = interval
+                point.requests[metric_key] = Uncertainty(value, lo, hi, method, 1, len(values))

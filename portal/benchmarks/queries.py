@@ -1,5 +1,10 @@
 """Read-side helpers shared by the REST API and the web pages: who sees what, list filters.
 
+- ``run_access(user, run)``: THE access rule, one place for every page and endpoint:
+  ``MANAGE`` for the owner and active staff (cancel, share, re-run, mark baselines, read
+  the runner's log and full failure reasons), ``VIEW`` for anyone when the run is public,
+  ``NONE`` otherwise. ``may_view`` / ``may_manage`` read it; ``visible_runs`` is the same
+  rule as a query (a test keeps the two equal).
 - ``visible_runs(user)``: the runs a user may read (own, public; staff: all).
 - ``RunFilters.from_params(request.GET)`` then ``run_list(user, filters)``: the runs list
   with filters (model, gpu, backend, status, owner), newest first, owner joined, the spec
@@ -12,6 +17,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -33,27 +39,50 @@ class FilterError(ValueError):
         super().__init__(message)
 
 
+class Access(enum.IntEnum):
+    """What a user may do with a run; each level includes the ones below it."""
+
+    NONE = 0
+    VIEW = 1
+    MANAGE = 2
+
+
+def _is_staff(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and getattr(user, "is_staff", False))
+
+
+def run_access(user: AbstractBaseUser | AnonymousUser | None, run: Run) -> Access:
+    """The one access rule (see the module docstring)."""
+    active = user is not None and user.is_authenticated and user.is_active
+    if active and (run.owner_id == user.pk or _is_staff(user)):
+        return Access.MANAGE
+    return Access.VIEW if run.is_public else Access.NONE
+
+
+def may_view(user: AbstractBaseUser | AnonymousUser | None, run: Run) -> bool:
+    """May ``user`` read the run (its page, results, spec)?"""
+    return run_access(user, run) >= Access.VIEW
+
+
+def may_manage(user: AbstractBaseUser | AnonymousUser | None, run: Run) -> bool:
+    """May ``user`` act on the run and read what only its owner reads (log tails, whole
+    failure reasons)? The owner and staff; a public run is readable, not manageable."""
+    return run_access(user, run) >= Access.MANAGE
+
+
+# The names the rest of the code grew up with; both are the rule above.
+can_view = may_view
+can_cancel = may_manage
+
+
 def visible_runs(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
-    """Runs ``user`` may read: their own and public ones (staff read everything)."""
+    """Runs ``user`` may read, as a query: ``may_view`` for every run at once."""
     runs = Run.objects.all()
-    if getattr(user, "is_staff", False) and user.is_active:
+    if _is_staff(user):
         return runs
-    if user.is_authenticated:
+    if user.is_authenticated and user.is_active:
         return runs.filter(Q(owner=user) | Q(is_public=True))
     return runs.filter(is_public=True)
-
-
-def can_view(user: AbstractBaseUser | AnonymousUser, run: Run) -> bool:
-    if run.is_public:
-        return True
-    if not user.is_authenticated:
-        return False
-    return run.owner_id == user.pk or bool(user.is_staff)
-
-
-def can_cancel(user: AbstractBaseUser | AnonymousUser, run: Run) -> bool:
-    """Only the owner (or staff) cancels; a public run is readable, not cancellable."""
-    return user.is_authenticated and (run.owner_id == user.pk or bool(user.is_staff))
 
 
 def get_visible_run(user: AbstractBaseUser | AnonymousUser, public_id: str) -> Run:

@@ -3,28 +3,36 @@
 A re-run is an ordinary run of the same spec, named ``Re-run of <original public id>``
 (nothing is added to the spec, so it measures exactly the same thing). The original is
 found from that name among the same owner's runs (anyone can name a run "Re-run of
-<id>", only the owner re-runs it) and must be visible to the reader; the two are comparable when
-their fingerprints (model, workload, engine configuration, GPU type) are equal.
+<id>", only the owner re-runs it) and must be visible to the reader.
 
-Reproduced means: at every point both runs measured, the re-run's mean output tok/s lies
-within the spread (min to max) of the original's repeats, or within ``TOLERANCE`` of the
-original's value when it had a single repeat.
+"Reproduced?" is the compare page's verdict, from the same engine with the same inputs
+(``portal.benchmarks.compare``, i.e. ``servebench.verdict``), on the metrics a CI gate
+judges by default (``servebench.verdict.DEFAULT_METRICS``) at every point both runs
+measured, with the original as the baseline:
+
+- **not comparable** when the fingerprints differ (what differs is listed);
+- **not reproduced** when any of them is ``worse`` or ``better`` (beyond the threshold and
+  the run-to-run noise);
+- **cannot tell** when some change is beyond the threshold but its run-to-run noise was
+  not measured (one repeat, no history of the series): set ``repeats: 2`` or more;
+- **reproduced** otherwise: every change is within the threshold or within the noise.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from portal.benchmarks import compare as cmp
 from portal.benchmarks import queries, services
 from portal.benchmarks.models import Run
-from portal.benchmarks.points import METRIC_BY_KEY, PointStats, RunResults
+from servebench import verdict as engine
+from servebench.verdict import MetricVerdict
 
 RERUN_PREFIX = "Re-run of "
-TOLERANCE = 0.05
-METRIC = "output_throughput"
 _ORIGINAL = re.compile(r"^Re-run of ([a-z0-9]{20})$")
 
 
@@ -70,20 +78,39 @@ def reruns_of(user: AbstractBaseUser | AnonymousUser, run: Run, limit: int = 20)
 
 @dataclass
 class PointCheck:
+    """One judged metric at one point: the original's value, this run's, the verdict."""
+
     label: str
-    original: float
-    low: float
-    high: float
-    value: float
-    repeats: int
+    metric: str
+    original: float | None
+    value: float | None
+    judgement: MetricVerdict
+    backend: str = ""
+    point_key: str = ""
 
     @property
-    def within(self) -> bool:
-        return self.low <= self.value <= self.high
+    def delta(self) -> float | None:
+        return self.judgement.change
 
     @property
-    def delta(self) -> float:
-        return self.value / self.original - 1.0 if self.original else 0.0
+    def verdict(self) -> str:
+        return self.judgement.verdict
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return self.judgement.interval
+
+    @property
+    def interval_text(self) -> str:
+        """``-3.1% to +4.0%`` (an end the data cannot bound: ``+inf``), or ``—``."""
+        return interval_text(self.judgement.interval)
+
+
+def interval_text(interval: tuple[float, float] | None) -> str:
+    if interval is None:
+        return "—"
+    lo, hi = (f"{x:+.1%}" if math.isfinite(x) else f"{x:+}" for x in interval)
+    return f"{lo} to {hi}"
 
 
 @dataclass
@@ -92,67 +119,100 @@ class Verdict:
     reproduced: bool | None
     summary: str
     checks: list[PointCheck] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
 
 
-def _band(point: PointStats, key: str) -> tuple[float, float, float] | None:
-    mean = point.get(key)
-    if mean is None:
-        return None
-    if point.repeats > 1:
-        return mean, point.low[key], point.high[key]
-    return mean, mean * (1 - TOLERANCE), mean * (1 + TOLERANCE)
+GATE_METRICS = tuple(engine.parse_metric(m).key for m in engine.DEFAULT_METRICS)
+_HEADLINE = "output_throughput"
 
 
-def verdict(
-    original: Run, original_results: RunResults, rerun_run: Run, rerun_results: RunResults
-) -> Verdict:
+def _describe(checks: list[PointCheck], limit: int = 3) -> str:
+    parts = []
+    for c in checks[:limit]:
+        span = f", interval {c.interval_text}" if c.interval is not None else ""
+        parts.append(f"{c.label} {c.metric} {c.delta:+.1%} ({c.verdict}{span})")
+    more = f"; and {len(checks) - limit} more" if len(checks) > limit else ""
+    return "; ".join(parts) + more
+
+
+def verdict(user: AbstractBaseUser | AnonymousUser, original: Run, rerun_run: Run) -> Verdict:
     """Whether ``rerun_run`` reproduced ``original`` (see the module docstring)."""
-    metric = METRIC_BY_KEY[METRIC]
-    if not any(p.ok for p in rerun_results.points):
+    comparison = cmp.compare(user, [original.public_id, rerun_run.public_id], original.public_id)
+    column = comparison.columns[1]
+    if not any(p.ok for p in column.results.points):
         return Verdict(
-            True,
+            column.comparable,
             None,
-            "The re-run has no results yet; it is checked against the original's spread "
-            "as its measurements arrive.",
+            "The re-run has no results yet; it is checked against the original as its "
+            "measurements arrive.",
         )
-    if not original.fingerprint or original.fingerprint != rerun_run.fingerprint:
+    if not column.comparable:
+        differences = [str(d) for d in column.differences]
+        what = "; ".join(differences[:4]) or "their fingerprints differ"
         return Verdict(
             False,
             None,
-            "Not comparable: the two runs differ in model, workload, engine configuration "
-            "or GPU type (their fingerprints differ).",
+            f"Not comparable: the two runs measured different things ({what}), so whether "
+            "it reproduced cannot be judged.",
+            differences=differences,
         )
-    theirs = {(p.backend, p.point_key): p for p in original_results.points if p.ok}
     checks = []
-    for p in rerun_results.points:
-        other = theirs.get((p.backend, p.point_key))
-        value = p.get(METRIC)
-        band = _band(other, METRIC) if other is not None else None
-        if band is None or value is None:
+    for row in comparison.rows:
+        judgement = row.judgements[1]
+        if judgement is None or judgement.metric not in GATE_METRICS:
             continue
-        label = f"{p.backend} {p.label}"
-        checks.append(PointCheck(label, band[0], band[1], band[2], value, other.repeats))
+        if judgement.verdict in (engine.NO_DATA, engine.NOT_COMPARABLE):
+            continue
+        label = f"{row.point.backend} {row.point.short}"
+        checks.append(
+            PointCheck(
+                label,
+                row.metric.label,
+                row.values[0],
+                row.values[1],
+                judgement,
+                row.point.backend,
+                row.point.point_key,
+            )
+        )
     if not checks:
         return Verdict(True, None, "No point has results in both runs yet.")
-    how = (
-        f"the spread (min to max) of the original's {checks[0].repeats} repeats"
-        if all(c.repeats > 1 for c in checks)
-        else f"the original's spread, or ±{TOLERANCE:.0%} where it had one repeat"
-    )
-    off = [c for c in checks if not c.within]
-    if not off:
+    points = len({c.label for c in checks})
+    changed = [c for c in checks if c.verdict in engine.COLOURED]
+    unmeasured = [c for c in checks if c.verdict == engine.UNMEASURED]
+    if changed:
         return Verdict(
             True,
-            True,
-            f"Reproduced: {metric.label} at all {len(checks)} points is within {how}.",
+            False,
+            f"Not reproduced: {len(changed)} of {len(checks)} judged numbers changed beyond "
+            f"the threshold and the run-to-run noise: {_describe(changed)}.",
             checks,
         )
-    worst = max(off, key=lambda c: abs(c.delta))
+    if unmeasured:
+        return Verdict(
+            True,
+            None,
+            f"Cannot tell: {len(unmeasured)} of {len(checks)} judged numbers changed by more "
+            "than the threshold, but the run-to-run noise was not measured (one repeat and "
+            f"no history of this configuration): {_describe(unmeasured)}. Set repeats: 2 "
+            "or more in the spec to check a re-run.",
+            checks,
+        )
     return Verdict(
         True,
-        False,
-        f"Not reproduced: {metric.label} at {len(off)} of {len(checks)} points is outside "
-        f"{how}; the largest gap is {worst.label}: {worst.value:,.1f} against "
-        f"{worst.low:,.1f} to {worst.high:,.1f} ({worst.delta:+.1%}).",
+        True,
+        f"Reproduced: at all {points} points, every judged number "
+        f"({', '.join(dict.fromkeys(c.metric for c in checks))}) is within the threshold or "
+        "within the run-to-run noise.",
         checks,
     )
+
+
+def shown_checks(result: Verdict) -> list[PointCheck]:
+    """The checks a page lists: the headline throughput at every point, and any other
+    number that changed or whose noise was not measured."""
+    return [
+        c
+        for c in result.checks
+        if c.judgement.metric == _HEADLINE or c.verdict in (*engine.COLOURED, engine.UNMEASURED)
+    ]

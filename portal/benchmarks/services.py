@@ -17,9 +17,8 @@ and show. A CI gate must not pass on a half-measured run.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from portal.benchmarks import policy, samples, samplestore
 from portal.benchmarks.models import (
     ALLOWED_FROM,
     FINAL_STATUSES,
@@ -38,12 +38,17 @@ from portal.benchmarks.models import (
     Run,
     RunStatus,
 )
+from runners import fingerprint as rf
 from runners import result as rr
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
 
 SpecError = rs.SpecError
+
+
+class StorageUnavailable(Exception):
+    """The samples storage failed; the runner is told to retry (HTTP 503)."""
 
 
 class RunFinished(Exception):
@@ -79,12 +84,13 @@ class RunRequest:
     is_public: bool = False
 
 
-def spec_from_request(data: Any) -> RunRequest:
+def spec_from_request(data: Any, user: Any = None) -> RunRequest:
     """Read a create-run body: ``{"spec": {...}}`` or ``{"preset": "seed"}``, with optional
-    ``"name"`` and ``"is_public"``.
+    ``"name"`` and ``"is_public"``, and check it against this portal's policy for ``user``.
 
-    Raises SpecError with fields prefixed by where they were found
-    (``spec.workload.input_len``), so a client can point at them.
+    Raises SpecError (``policy.SpecForbidden`` for what the user may not do) with fields
+    prefixed by where they were found (``spec.workload.input_len``), so a client can point
+    at them.
     """
     if not isinstance(data, dict):
         raise SpecError([{"field": "", "message": "the body must be a JSON object"}])
@@ -96,6 +102,8 @@ def spec_from_request(data: Any) -> RunRequest:
         raise SpecError(
             [{"field": "name", "message": "name must be a string of at most 200 characters"}]
         )
+    if name is not None and rs.json_problem(name):
+        raise SpecError([{"field": "name", "message": rs.json_problem(name)[1]}])
     is_public = data.get("is_public", False)
     if not isinstance(is_public, bool):
         raise SpecError([{"field": "is_public", "message": "is_public must be true or false"}])
@@ -114,9 +122,10 @@ def spec_from_request(data: Any) -> RunRequest:
     try:
         spec = rs.parse_spec(data["spec"])
         check_image(spec)
+        policy.check(spec, user)
         return RunRequest(spec, name, is_public)
     except SpecError as exc:
-        raise SpecError(
+        raise type(exc)(
             [
                 {"field": "spec." + e["field"] if e["field"] else "spec", "message": e["message"]}
                 for e in exc.errors
@@ -124,21 +133,13 @@ def spec_from_request(data: Any) -> RunRequest:
         ) from None
 
 
-def spec_fingerprint(spec: rs.Spec, gpu_name: str = "", gpu_count: int | None = None) -> str:
-    """Runs with the same model, workload, sweeps, engine config and GPU type share this.
-
-    Names, descriptions, repeats and deadlines do not change what is measured, so they are
-    left out; the GPU type and count do.
+def spec_fingerprint(spec: rs.Spec, environment: dict[str, Any] | None = None) -> str:
+    """``Run.fingerprint``: ``runners.fingerprint.fingerprint``, the one definition of
+    "comparable" (model and its revision, workload, points, engine configuration, GPU type
+    and count; not names, repeats, image or versions). Before the runner reported its
+    environment, the requested revision and the spec's GPU stand in for the found ones.
     """
-    data = spec.model_dump(mode="json")
-    key = {
-        "model": {k: data["model"].get(k) for k in ("id", "revision", "dtype", "max_model_len")},
-        "workload": data["workload"],
-        "sweeps": data["sweeps"],
-        "backends": [{k: v for k, v in b.items() if k != "name"} for b in data["backends"]],
-        "gpu": [gpu_name, gpu_count if gpu_count is not None else data["resources"]["gpu_count"]],
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return rf.fingerprint(spec, environment)
 
 
 def backend_labels(spec: rs.Spec) -> list[str]:
@@ -207,6 +208,7 @@ def create_run(
     enqueue its dispatch once the transaction commits."""
     parsed = coerce_spec(spec)
     check_image(parsed)
+    policy.check(parsed, owner)
     run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
     gpu_type = parsed.resources.gpu_type or ""
     with transaction.atomic():
@@ -220,7 +222,7 @@ def create_run(
             gpu_count=parsed.resources.gpu_count,
             backends=backend_labels(parsed),
             progress_total=parsed.total_measurements(),
-            fingerprint=spec_fingerprint(parsed, gpu_type),
+            fingerprint=spec_fingerprint(parsed),
             is_public=is_public,
         )
         transaction.on_commit(lambda: enqueue_dispatch(run.pk), robust=True)
@@ -228,20 +230,24 @@ def create_run(
     return run
 
 
-def enqueue_dispatch(run_id: int) -> None:
-    """Send the dispatch task now (call after commit; see ``create_run``).
+def _send(task: str, args: list[Any], what: str) -> None:
+    """Enqueue a dispatch task by its name (this app never imports ``portal.dispatch``).
 
-    If the broker is unreachable the run stays queued and reconcile re-sends it, so this
-    only logs.
+    If the broker is unreachable the run's state in PostgreSQL is unchanged and reconcile
+    does the same work on its next pass, so this only logs.
     """
-    from portal.dispatch.tasks import dispatch
+    from portal.celery import app
 
     try:
-        dispatch.apply_async(args=[run_id], retry=False)
+        app.send_task(task, args=args, retry=False)
     except Exception:  # the broker's many exception types; reconcile re-sends
-        log.warning(
-            "could not enqueue dispatch of run id %s; reconcile will retry", run_id, exc_info=True
-        )
+        log.warning("could not enqueue %s; reconcile will do it", what, exc_info=True)
+
+
+def enqueue_dispatch(run_id: int | None) -> None:
+    """Send the dispatch task now (call after commit; see ``create_run``). ``None``: fill
+    the executor's free slots from the head of the queue."""
+    _send("servebench.dispatch", [run_id], f"dispatch of run id {run_id}")
 
 
 def cancel_run(run: Run, by: AbstractBaseUser | None = None) -> bool:
@@ -251,32 +257,137 @@ def cancel_run(run: Run, by: AbstractBaseUser | None = None) -> bool:
     with transaction.atomic():
         done = transition(run.pk, RunStatus.CANCELLED, failure_reason=reason, finished_at=now)
         if done:
-            from portal.dispatch.tasks import stop_execution
-
-            transaction.on_commit(lambda: _enqueue_stop(stop_execution, run.pk), robust=True)
+            transaction.on_commit(
+                lambda: _send("servebench.stop_execution", [run.pk], f"stop of run id {run.pk}"),
+                robust=True,
+            )
     if done:
         log.info("run %s %s", run.short_id, reason)
         run.refresh_from_db()
     return done
 
 
-def _enqueue_stop(task: Any, run_id: int) -> None:
-    try:
-        task.apply_async(args=[run_id], retry=False)
-    except Exception:
-        log.warning(
-            "could not enqueue stop of run id %s; reconcile will stop it", run_id, exc_info=True
-        )
-
-
 # --------------------------------------------------------------------------- ingestion
 
 
-def _when(value: str | None) -> datetime:
-    parsed = parse_datetime(value) if value else None
+class IngestRefused(ValueError):
+    """A runner report that does not fit the run (HTTP 400 naming ``field``): a point,
+    backend or repeat the spec does not have, a name that would not fit its column, a bad
+    date or number. The message tells the runner (and whoever reads its log) why."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+# Caps on runner text: error texts keep their head and their end (a log tail's last
+# lines say most); identities (names, keys) that would not fit are refused instead.
+MAX_ERROR_CHARS = 8_000
+MAX_COMMAND_CHARS = 16_000
+MAX_RUNNER_ERRORS = 50
+MAX_METRICS = 200
+MAX_PROGRESS = 2**31 - 1
+_FINGERPRINT = re.compile(r"^[0-9a-f]{0,64}$")
+_COMMAND_KINDS = ("serve", "bench", "hf")
+
+
+def cap_text(text: str | None, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, keeping its first quarter and its end."""
+    if not text or len(text) <= limit:
+        return text or ""
+    head = limit // 4
+    tail = limit - head - 40
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
+
+
+def _when(value: str | None, field: str = "at") -> datetime:
+    """A runner's ISO 8601 time; now when absent; IngestRefused when it is not a real
+    date or lies outside 2000-2200."""
+    try:
+        parsed = parse_datetime(value) if value else None
+    except ValueError:  # well-formed but impossible: month 13, Feb 30, hour 25
+        raise IngestRefused(field, f"{value[:40]!r} is not a valid date and time") from None
+    if value and parsed is None:
+        raise IngestRefused(field, f"{value[:40]!r} is not an ISO 8601 date and time")
     if parsed is None:
         return timezone.now()
+    if not 2000 <= parsed.year <= 2200:
+        raise IngestRefused(field, f"{value[:40]!r} is not a plausible time (2000-2200)")
     return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
+
+
+def check_event(run: Run, event: rr.Event) -> rr.Event:
+    """The event with its text capped and its environment scrubbed of credentials, or
+    IngestRefused when a field does not fit (see ``IngestRefused``)."""
+    _when(event.at, "at")
+    for field in ("done", "total"):
+        value = getattr(event, field)
+        if value is not None and not 0 <= value <= MAX_PROGRESS:
+            raise IngestRefused(field, f"{field} must be between 0 and {MAX_PROGRESS}")
+    if event.fingerprint is not None and not _FINGERPRINT.match(event.fingerprint):
+        raise IngestRefused("fingerprint", "a fingerprint is up to 64 lowercase hex digits")
+    errors = event.errors or []
+    if len(errors) > MAX_RUNNER_ERRORS:
+        raise IngestRefused("errors", f"at most {MAX_RUNNER_ERRORS} errors per event")
+    update: dict[str, Any] = {
+        "message": cap_text(event.message) if event.message is not None else None,
+        "errors": [{k: cap_text(v, 2_000) for k, v in e.items()} for e in errors] or None,
+    }
+    if event.environment is not None:
+        from portal.benchmarks.sharing import scrub_value
+
+        update["environment"] = scrub_value(event.environment)
+    return event.model_copy(update=update)
+
+
+def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
+    """The measurement as the run's spec says it is, or IngestRefused: its backend,
+    point and repeat must be ones the spec has (the point's workload is taken from the
+    spec, not the runner), names must fit their columns, text is capped."""
+    spec = rs.parse_spec(run.spec)
+    backend = next((b for b in spec.backends if b.name == m.backend), None)
+    if backend is None:
+        names = ", ".join(b.name for b in spec.backends)
+        raise IngestRefused(
+            "backend", f"the run's spec has no backend {m.backend[:64]!r} ({names})"
+        )
+    if backend.kind != m.backend_kind:
+        raise IngestRefused(
+            "backend_kind", f"backend {backend.name!r} is {backend.kind!r}, not {m.backend_kind!r}"
+        )
+    if not 0 <= m.repeat < spec.repeats:
+        raise IngestRefused(
+            "repeat", f"the run's spec has repeats 0..{spec.repeats - 1}, not {m.repeat}"
+        )
+    if isinstance(backend, rs.HFBackend):
+        points = {"baseline": rs.hf_point(spec, backend)}
+    else:
+        points = {p.key: p for p in spec.points()}
+    point = points.get(m.point.key)
+    if point is None:
+        known = ", ".join(list(points)[:8])
+        raise IngestRefused(
+            "point.key",
+            f"the run's spec has no point {m.point.key[:128]!r} for backend {backend.name!r} "
+            f"({known}{', ...' if len(points) > 8 else ''})",
+        )
+    if len(point.key) > 128 or len(backend.name) > 64:
+        raise IngestRefused("point.key", "the point key is longer than 128 characters")
+    if len(m.metrics) > MAX_METRICS or any(len(k) > 64 for k in m.metrics):
+        raise IngestRefused("metrics", f"at most {MAX_METRICS} metrics, names of 64 characters")
+    for kind, command in m.commands.items():
+        if kind not in _COMMAND_KINDS or len(command) > MAX_COMMAND_CHARS:
+            raise IngestRefused(
+                f"commands.{kind[:20]}",
+                f"commands are {', '.join(_COMMAND_KINDS)}, each at most "
+                f"{MAX_COMMAND_CHARS} characters",
+            )
+    if m.duration_s < 0:
+        raise IngestRefused("duration_s", "duration_s must not be negative")
+    _when(m.started_at, "started_at")
+    _when(m.finished_at, "finished_at")
+    info = rr.PointInfo(key=point.key, **point.model_dump())
+    return m.model_copy(update={"point": info, "error": cap_text(m.error) or None})
 
 
 def _failed_points_reason(run: Run, errors: list[dict[str, str]]) -> str:
@@ -303,8 +414,11 @@ def ingest_event(run: Run, event: rr.Event) -> str:
     """Apply a runner event; returns the run's status afterwards.
 
     Raises RunFinished if the run has ended, except for a repeat of the very event that
-    ended it (a retried ``finished``), which is accepted and changes nothing.
+    ended it (a retried ``finished``), which is accepted and changes nothing;
+    IngestRefused for an event that does not fit (``check_event``). The progress total is
+    the spec's (set when the run was created), not the runner's.
     """
+    event = check_event(run, event)
     now = timezone.now()
     if event.type == "started":
         if run.status in FINAL_STATUSES:
@@ -313,7 +427,6 @@ def ingest_event(run: Run, event: rr.Event) -> str:
             run.pk,
             RunStatus.RUNNING,
             started_at=_when(event.at),
-            **({"progress_total": event.total} if event.total else {}),
         )
         if not moved:
             run.refresh_from_db(fields=["status", "failure_reason"])
@@ -327,8 +440,7 @@ def ingest_event(run: Run, event: rr.Event) -> str:
         updated = Run.objects.filter(
             pk=run.pk, status__in=(RunStatus.DISPATCHED, RunStatus.RUNNING)
         ).update(
-            progress_done=max(0, event.done or 0),
-            **({"progress_total": event.total} if event.total else {}),
+            progress_done=min(max(0, event.done or 0), run.progress_total or MAX_PROGRESS),
             updated_at=now,
         )
         if not updated:
@@ -348,7 +460,18 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
         "errors": errors,
         "timings": event.timings or {},
     }
-    if event.type == "finished" and event.status == "succeeded":
+    stored = Measurement.objects.filter(run=run, status="succeeded").count()
+    expected = run.progress_total or rs.parse_spec(run.spec).total_measurements()
+    if event.type == "finished" and event.status == "succeeded" and stored < expected:
+        # The runner measured everything, but not everything reached PostgreSQL: a page or
+        # a gate must never show such a run as complete.
+        outcome, to = "partial", RunStatus.FAILED
+        reason = (
+            f"the runner reported success, but only {stored} of {expected} measurements "
+            "reached the portal (a report was refused or lost; see the errors). The runner's "
+            "result file has them all; submit the run again."
+        )
+    elif event.type == "finished" and event.status == "succeeded":
         outcome, to, reason = "succeeded", RunStatus.SUCCEEDED, ""
     elif event.type == "finished":
         outcome, to = "partial", RunStatus.FAILED
@@ -356,12 +479,15 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
     else:
         outcome, to = "failed", RunStatus.FAILED
         reason = event.message or "the runner reported a failure without a message"
+    reason = cap_text(reason)
     done = Measurement.objects.filter(run=run).count()
     moved = transition(
         run.pk, to, outcome=outcome, failure_reason=reason, progress_done=done, **common
     )
     if moved:
         log.info("run %s %s%s", run.short_id, to, f": {reason}" if reason else "")
+        if run.holds_slot:  # its runner is about to exit: the next run may start then
+            transaction.on_commit(lambda: enqueue_dispatch(None), robust=True)
         return
     run.refresh_from_db(fields=["status", "outcome", "failure_reason"])
     if run.status == to and run.outcome == outcome:
@@ -370,20 +496,28 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
 
 
 def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> Environment:
-    """Create or replace the run's Environment and copy GPU facts onto the run."""
+    """Create or replace the run's Environment and copy GPU facts onto the run.
+
+    The run's and the environment's fingerprint are computed here from the spec and the
+    snapshot (``spec_fingerprint``), so every stored fingerprint follows one definition;
+    ``fingerprint`` (the runner's own) only serves to notice a runner that differs.
+    """
     columns = environment_columns(snapshot)
+    spec = rs.parse_spec(run.spec)
+    comparable = spec_fingerprint(spec, snapshot)
+    if fingerprint and fingerprint != comparable:
+        log.debug("run %s: the runner's fingerprint differs from the portal's", run.short_id)
     env, _ = Environment.objects.update_or_create(
         run=run,
-        defaults={"snapshot": snapshot, "fingerprint": fingerprint[:64], **columns},
+        defaults={"snapshot": snapshot, "fingerprint": comparable, **columns},
     )
-    spec = rs.parse_spec(run.spec)
     gpu_name = columns["gpu_name"] or run.gpu_name
     gpu_count = columns["gpu_count"] if columns["gpu_count"] is not None else run.gpu_count
     Run.objects.filter(pk=run.pk).update(
         gpu_name=gpu_name,
         gpu_count=gpu_count,
         runner_version=str(snapshot.get("runner_version") or "")[:64],
-        fingerprint=spec_fingerprint(spec, gpu_name, gpu_count),
+        fingerprint=comparable,
         updated_at=timezone.now(),
     )
     return env
@@ -443,8 +577,8 @@ def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
     server = m.server_metrics.model_dump(mode="json") if m.server_metrics else None
     columns: dict[str, Any] = {
         "backend_kind": m.backend_kind,
-        "sweep": m.point.sweep[:64],
-        "axis": (m.point.axis or "")[:32],
+        "sweep": m.point.sweep,
+        "axis": m.point.axis or "",
         "value": m.point.value,
         "status": m.status,
         "error": m.error or "",
@@ -465,8 +599,9 @@ def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
         "raw": m.raw,
         "detail": m.detail,
         "commands": m.commands,
-        "started_at": _when(m.started_at),
-        "finished_at": _when(m.finished_at),
+        "conditions": m.conditions,
+        "started_at": _when(m.started_at, "started_at"),
+        "finished_at": _when(m.finished_at, "finished_at"),
         "duration_s": m.duration_s,
     }
     for key, column in _LATENCY_COLUMNS.items():
@@ -476,11 +611,20 @@ def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
 
 def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
     """Store a measurement once: (row, created). A repeat of the same (backend, point,
-    repeat) returns the stored row unchanged. RunFinished for a new one on an ended run."""
+    repeat) returns the stored row unchanged. RunFinished for a new one on an ended run;
+    IngestRefused for one the spec does not have (``check_measurement``)."""
+    if run.status in FINAL_STATUSES:  # a retry of a stored one is fine; anything else: stop
+        stored = Measurement.objects.filter(
+            run=run, backend=m.backend, point_key=m.point.key, repeat=m.repeat
+        ).first()
+        if stored is not None:
+            return stored, False
+        raise RunFinished(run)
+    m = check_measurement(run, m)
     key = {
         "run": run,
-        "backend": m.backend[:64],
-        "point_key": m.point.key[:128],
+        "backend": m.backend,
+        "point_key": m.point.key,
         "repeat": m.repeat,
     }
     existing = Measurement.objects.filter(**key).first()
@@ -488,9 +632,24 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
         return existing, False
     if run.status in FINAL_STATUSES:
         raise RunFinished(run)
+    columns = measurement_columns(m)
+    if m.detail:
+        # The bulky per-request arrays go to object storage first, under a name derived
+        # from the measurement's identity: a retry rewrites the same object, and the row
+        # never points at an object that is not there.
+        name = samplestore.object_name(run.public_id, m.backend, m.point.key, m.repeat)
+        try:
+            size = samplestore.save(name, m.detail)
+        except Exception as exc:  # OSError, botocore's errors...: the runner retries a 503
+            log.warning("run %s: samples storage failed: %r", run.short_id, exc)
+            raise StorageUnavailable(
+                f"the samples storage could not store this measurement ({type(exc).__name__}); "
+                "retry later"
+            ) from exc
+        columns |= {"detail": {}, "samples": name, "samples_bytes": size}
     try:
         with transaction.atomic():
-            row = Measurement.objects.create(**key, **measurement_columns(m))
+            row = Measurement.objects.create(**key, **columns)
     except IntegrityError:
         return Measurement.objects.get(**key), False
     log.info(
@@ -506,8 +665,9 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds") if value else ""
 
 
-def measurement_document(row: Measurement) -> dict[str, Any]:
-    """A stored measurement as ``runners.result.Measurement`` JSON."""
+def measurement_document(row: Measurement, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A stored measurement as ``runners.result.Measurement`` JSON; ``detail``: its
+    per-request arrays as ``samples.details`` read them (default: the row's own column)."""
     return {
         "backend": row.backend,
         "backend_kind": row.backend_kind,
@@ -530,7 +690,8 @@ def measurement_document(row: Measurement) -> dict[str, Any]:
         "gpu_memory_peak_bytes": row.gpu_memory_peak_bytes,
         "commands": row.commands,
         "raw": row.raw,
-        "detail": row.detail,
+        "detail": row.detail if detail is None else detail,
+        "conditions": row.conditions or {},
         "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at),
         "duration_s": row.duration_s or 0.0,
@@ -548,9 +709,11 @@ def document_status(run: Run) -> str:
 
 
 def result_document(run: Run) -> dict[str, Any]:
-    """The run's result document (same shape as the runner's ``--out`` file). 2 queries."""
+    """The run's result document (same shape as the runner's ``--out`` file): 3 queries,
+    and one read of the samples storage per measurement that has samples there."""
     environment = Environment.objects.filter(run=run).first()
-    rows = Measurement.objects.filter(run=run).order_by("id")
+    rows = list(Measurement.objects.filter(run=run).order_by("id"))
+    arrays = samples.details(rows)
     errors = list(run.errors or [])
     if run.failure_reason and run.outcome != "partial":
         errors.append({"where": "portal", "message": run.failure_reason})
@@ -567,7 +730,7 @@ def result_document(run: Run) -> dict[str, Any]:
         "spec": run.spec,
         "environment": environment.snapshot if environment else {},
         "fingerprint": environment.fingerprint if environment and environment.fingerprint else None,
-        "measurements": [measurement_document(row) for row in rows],
+        "measurements": [measurement_document(row, arrays.get(row.pk)) for row in rows],
         "errors": errors,
         "timings": timings,
     }

@@ -1,7 +1,19 @@
-"""Who a run is shared with: private to its owner (and staff), or public to anyone with
-the link. Permalinks are the run's unguessable public id either way."""
+"""Who a run is shared with, and what its readers see.
+
+A run is private to its owner (and staff), or public to anyone with the link; permalinks
+are the run's unguessable public id either way (``queries.run_access`` is the rule).
+
+Readers who do not manage a run never see what its runner printed: failure reasons and
+measurement errors often end with the last lines of a log (paths, hosts, environment),
+so for them each is its first line, at most ``PUBLIC_REASON_CHARS`` long, with
+credentials removed. Credentials (``scheme://user:password@host``, tokens) are removed
+from every runner-supplied text and captured environment, for everyone, when stored.
+"""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
@@ -9,10 +21,19 @@ from django.utils import timezone
 from portal.benchmarks import queries
 from portal.benchmarks.models import Run
 
+PUBLIC_REASON_CHARS = 300
+REDACTED = "[redacted]"
+
+# user:password@ (or a token as the user) in a URL; bearer-ish tokens (ours, Hugging
+# Face's, OpenAI-style keys).
+_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
+_TOKENS = re.compile(r"\b(sb_[a-z]+_|hf_|sk-)[A-Za-z0-9_\-]{8,}")
+_SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_?KEY|AUTH", re.I)
+
 
 def can_share(user: AbstractBaseUser | AnonymousUser, run: Run) -> bool:
-    """The owner (or staff) decides; the same people who may cancel it."""
-    return queries.can_cancel(user, run)
+    """The owner (or staff) decides; the same people who manage it."""
+    return queries.may_manage(user, run)
 
 
 def set_public(run: Run, user: AbstractBaseUser | AnonymousUser, public: bool) -> bool:
@@ -27,3 +48,72 @@ def set_public(run: Run, user: AbstractBaseUser | AnonymousUser, public: bool) -
     )
     run.is_public = public
     return changed == 1
+
+
+# --------------------------------------------------------------------------- redaction
+
+
+def scrub(text: str) -> str:
+    """``text`` with credentials in URLs and token-looking strings replaced."""
+    if not text:
+        return text
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _TOKENS.sub(REDACTED, text)
+
+
+def scrub_value(value: Any, key: str = "") -> Any:
+    """A JSON value with ``scrub`` applied to every string, and the value of any key that
+    names a secret (``*_TOKEN``, ``PASSWORD``...) replaced."""
+    if isinstance(value, dict):
+        return {k: scrub_value(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_value(v, key) for v in value]
+    if isinstance(value, str):
+        if key and _SECRET_KEY.search(key) and value:
+            return REDACTED
+        return scrub(value)
+    return value
+
+
+def one_line(text: str | None, limit: int = PUBLIC_REASON_CHARS) -> str:
+    """The first non-empty line of ``text``, scrubbed, at most ``limit`` characters."""
+    if not text:
+        return ""
+    first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+    first = scrub(first)
+    if len(first) > limit:
+        first = first[: limit - 1].rstrip() + "…"
+    more = len(str(text).strip()) > len(first) and "\n" in str(text).strip()
+    return f"{first} (details for the run's owner)" if more else first
+
+
+def failure_reason_for(user: AbstractBaseUser | AnonymousUser | None, run: Run) -> str:
+    """The run's failure reason as ``user`` may see it: whole for who manages the run,
+    one line for everyone else."""
+    if queries.may_manage(user, run):
+        return scrub(run.failure_reason)
+    return one_line(run.failure_reason)
+
+
+def error_for(manager: bool, text: str | None) -> str:
+    """A runner's error text as a reader sees it (``manager``: may manage the run)."""
+    if not text:
+        return text or ""
+    return scrub(text) if manager else one_line(text)
+
+
+def document_for(user: AbstractBaseUser | AnonymousUser | None, run: Run, doc: dict) -> dict:
+    """A result document (``services.result_document``) as ``user`` may see it: for who
+    does not manage the run, errors are one line each and the environment is scrubbed."""
+    manager = queries.may_manage(user, run)
+    doc = dict(doc)
+    doc["environment"] = scrub_value(doc.get("environment") or {})
+    doc["errors"] = [
+        {**e, "message": error_for(manager, e.get("message"))} if isinstance(e, dict) else e
+        for e in doc.get("errors") or []
+    ]
+    doc["measurements"] = [
+        {**m, "error": error_for(manager, m.get("error")) or None} if isinstance(m, dict) else m
+        for m in doc.get("measurements") or []
+    ]
+    return doc

@@ -1,12 +1,36 @@
 """Dispatch, reconcile and stop: the work behind the Celery tasks (``tasks.py``).
 
-- ``dispatch_run(run_id)``: claim a queued run (queued -> dispatched, conditional), issue
-  its run-scoped token, ask the executor to submit, store the handle. A redelivered or
-  duplicate task finds the run no longer queued and does nothing.
-- ``reconcile()``: every beat period. Re-sends dispatch for queued runs whose message was
-  lost; fails active runs past their deadline (and stops them); fails active runs whose
-  runner ended without reporting, with the exit code and the last lines of its log; stops
-  runners of runs that were cancelled.
+Every step is safe to repeat and safe to interrupt, because each one leaves a state from
+which the next attempt, a redelivered task or the periodic reconcile can carry on:
+
+1. **Claim** (``queued -> dispatched``, a conditional update) stores, in the same
+   statement, the executor's handle for the run (``Executor.handle_for``: a work dir or a
+   Job name, derived from the run id), the deadline and, for executors with slots, the
+   slot. From here on reconcile and cancel can always find the runner, whatever dies.
+2. **Start**: issue the run token and ``Executor.submit``, which is idempotent (the
+   supervisor's lock, the Job's fixed name): asked twice, it starts one runner.
+3. **Record** what the start learnt (a pid, a Job uid) in the handle; optional.
+
+A run that was claimed but never started (the worker died between 1 and 2, or the
+executor was unavailable) is ``dispatched`` with an executor status of ``not-started``:
+a redelivered dispatch task starts it at once, and reconcile re-sends the task once the
+claim is ``SERVEBENCH_REDISPATCH_SECONDS`` old. It never fails for a crash of ours; after
+``MAX_START_ATTEMPTS`` starts that started nothing, it fails with the runner's log.
+
+**Slots** (executors with ``slots``, i.e. the local one): a benchmark owns its hardware,
+so at most ``slots`` runs hold a slot at once. ``fill_slots`` claims queued runs first
+come, first served, under a PostgreSQL advisory lock (two workers never both take the last
+slot). A run keeps its slot until the executor confirms its runner has exited, not merely
+until its status is final: a finished or cancelled runner may still be stopping its
+server. Slots are filled on submit, when a run ends, after a cancel, and by reconcile.
+
+- ``dispatch_run(run_id)``: claim and start ``run_id`` (or, with slots, the head of the
+  queue), or resume a claimed run that was never started.
+- ``reconcile()``: every beat period, for every state: re-sends dispatch for queued runs
+  whose message was lost, resumes claimed runs that never started, fails active runs past
+  their deadline (and stops them) or whose runner ended without reporting (with the exit
+  code and the last lines of its log), stops runners of cancelled runs, frees and fills
+  slots.
 - ``stop_run(run_id)``: stop the executor of a run that has ended (after cancel).
 
 None of these waits for a benchmark.
@@ -15,23 +39,27 @@ None of these waits for a benchmark.
 from __future__ import annotations
 
 import logging
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token, revoke_token
-from portal.benchmarks.models import Run, RunStatus
+from portal.benchmarks.models import FINAL_STATUSES, Run, RunStatus
 from portal.benchmarks.services import deadline_for, enqueue_dispatch, transition
 from portal.dispatch.executors import (
+    Executor,
     ExecutorError,
     ExecutorState,
     ExecutorStatus,
     ExecutorUnavailable,
     get_executor,
 )
+from portal.lib import failpoints
 from portal.lib.logctx import bound_run
 
 log = logging.getLogger(__name__)
@@ -39,55 +67,76 @@ log = logging.getLogger(__name__)
 # A run token outlives the run's deadline by this much, so a runner's last retries land.
 TOKEN_GRACE = timedelta(hours=1)
 LOG_LINES_IN_REASON = 15
+MAX_START_ATTEMPTS = 5
+# The states in which a runner may still hold its slot (or a GPU, or a port).
+_ALIVE = (ExecutorState.PENDING, ExecutorState.RUNNING)
 
 
-def dispatch_run(run_id: int) -> str:
-    """Claim and submit one run. Returns what happened (for logs and tests):
-    ``gone``, ``not-queued``, ``submitted``, ``failed``. Raises ExecutorUnavailable
-    (after putting the run back in the queue) so the task retries."""
-    run = Run.objects.select_related("owner").filter(pk=run_id).first()
+def _slot_lock_key(executor: Executor) -> int:
+    return zlib.crc32(f"servebench-slots:{executor.name}".encode())
+
+
+def _handle(run: Run, executor: Executor) -> dict:
+    """The stored handle, or the one the executor derives from the run id (older rows)."""
+    return run.executor_handle or executor.handle_for(run)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def _claim(run_id: int, executor: Executor, now: datetime) -> Run | None:
+    """queued -> dispatched, with the handle, deadline and slot in the same update."""
+    run = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).first()
     if run is None:
-        return "gone"
+        return None
+    claimed = transition(
+        run.pk,
+        RunStatus.DISPATCHED,
+        expected=(RunStatus.QUEUED,),
+        dispatched_at=now,
+        deadline=deadline_for(run, now),
+        executor=executor.name,
+        executor_handle=executor.handle_for(run),
+        holds_slot=executor.slots is not None,
+    )
+    if not claimed:
+        return None
+    run.refresh_from_db()
+    return run
+
+
+def _never_started(run: Run, executor: Executor) -> bool:
+    return executor.status(_handle(run, executor)).state == ExecutorState.NOT_STARTED
+
+
+def _start(run: Run, executor: Executor) -> str:
+    """Issue a token and submit (idempotent). ``submitted`` or ``failed``; raises
+    ExecutorUnavailable (the run stays claimed; the retry or reconcile starts it)."""
     with bound_run(run.public_id):
-        now = timezone.now()
-        deadline = deadline_for(run, now)
-        try:
-            executor = get_executor()
-        except ExecutorError as exc:
-            # QUEUED -> FAILED is not a normal transition: claim first, then fail.
-            if transition(run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,)):
-                transition(run.pk, RunStatus.FAILED, failure_reason=str(exc), finished_at=now)
+        failpoints.hit("dispatch.after-claim")
+        handle = _handle(run, executor)
+        attempts = int(handle.get("attempts", 0)) + 1
+        if attempts > MAX_START_ATTEMPTS:
+            tail = executor.logs(handle, LOG_LINES_IN_REASON).strip()
+            _fail(
+                run,
+                f"the {executor.name} executor could not start the runner in "
+                f"{MAX_START_ATTEMPTS} attempts"
+                + (f"; last lines of its log:\n{tail}" if tail else "; it left no log"),
+            )
             return "failed"
-        claimed = transition(
-            run.pk,
-            RunStatus.DISPATCHED,
-            expected=(RunStatus.QUEUED,),
-            dispatched_at=now,
-            deadline=deadline,
-            executor=executor.name,
-        )
-        if not claimed:
-            log.info("dispatch: run is no longer queued; nothing to do")
-            return "not-queued"
-        run.refresh_from_db()
+        Run.objects.filter(pk=run.pk).update(executor_handle={**handle, "attempts": attempts})
         issued = issue_token(
             run.owner,
             kind=ApiToken.Kind.RUN,
             run=run,
             name=f"runner for {run.short_id}",
-            expires_at=deadline + TOKEN_GRACE,
+            expires_at=(run.deadline or deadline_for(run, timezone.now())) + TOKEN_GRACE,
         )
         try:
-            handle = executor.submit(run, issued.plaintext)
+            started = executor.submit(run, issued.plaintext)
         except ExecutorUnavailable as exc:
             revoke_token(issued.token)
-            transition(
-                run.pk,
-                RunStatus.QUEUED,
-                expected=(RunStatus.DISPATCHED,),
-                dispatched_at=None,
-                deadline=None,
-            )
             log.warning("dispatch: executor unavailable, will retry: %s", exc)
             raise
         except Exception as exc:
@@ -98,21 +147,128 @@ def dispatch_run(run_id: int) -> str:
                 else f"internal error while submitting: {exc!r}"
             )
             log.exception("dispatch: submit failed")
-            transition(
-                run.pk,
-                RunStatus.FAILED,
-                expected=(RunStatus.DISPATCHED,),
-                failure_reason=f"the {executor.name} executor could not start the run: {reason}",
-                finished_at=timezone.now(),
-            )
+            _fail(run, f"the {executor.name} executor could not start the run: {reason}")
             return "failed"
+        failpoints.hit("dispatch.after-start")
         # Not conditional on the status: the runner may already have reported "started".
-        Run.objects.filter(pk=run.pk).update(executor_handle=handle, updated_at=timezone.now())
-        log.info("dispatch: submitted to %s: %s", executor.name, handle)
+        Run.objects.filter(pk=run.pk).update(
+            executor_handle={**started, "attempts": attempts}, updated_at=timezone.now()
+        )
+        log.info("dispatch: submitted to %s: %s", executor.name, started)
         run.refresh_from_db(fields=["status"])
         if run.is_final:  # cancelled while we were submitting
-            executor.cancel(handle)
+            executor.cancel(started)
         return "submitted"
+
+
+def _fail(run: Run, reason: str) -> bool:
+    return transition(
+        run.pk,
+        RunStatus.FAILED,
+        expected=(RunStatus.DISPATCHED, RunStatus.RUNNING),
+        failure_reason=reason,
+        finished_at=timezone.now(),
+    )
+
+
+def dispatch_run(run_id: int | None) -> str:
+    """Claim and start a run, or resume a claimed run that never started.
+
+    Executors without slots: the run ``run_id``. With slots: the head of the queue (first
+    come, first served), ``run_id`` only says why we were called. Returns what happened,
+    for logs and tests: ``gone``, ``not-queued``, ``waiting`` (no free slot),
+    ``submitted``, ``failed``. Raises ExecutorUnavailable so the task retries.
+    """
+    try:
+        executor = get_executor()
+    except ExecutorError as exc:
+        run = Run.objects.filter(pk=run_id).first() if run_id else None
+        if run is not None and transition(
+            run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,)
+        ):
+            _fail(run, str(exc))
+            return "failed"
+        return "gone" if run is None else "not-queued"
+    if run_id is not None and not Run.objects.filter(pk=run_id).exists():
+        return "gone"
+    if executor.slots is not None:
+        outcomes = fill_slots(executor)
+        return outcomes.get(run_id, "waiting" if outcomes.get("waiting") else "not-queued")
+    run = Run.objects.select_related("owner").filter(pk=run_id).first()
+    if run is None:
+        return "gone"
+    with bound_run(run.public_id):
+        failpoints.hit("dispatch.before-claim")
+        if run.status == RunStatus.QUEUED:
+            claimed = _claim(run.pk, executor, timezone.now())
+            if claimed is None:
+                return "not-queued"
+            return _start(claimed, executor)
+        if run.status == RunStatus.DISPATCHED and _never_started(run, executor):
+            log.info("dispatch: the run was claimed but never started; starting it")
+            return _start(run, executor)
+        log.info("dispatch: run is %s; nothing to do", run.status)
+        return "not-queued"
+
+
+def release_slots(executor: Executor) -> list[str]:
+    """Free the slots of ended runs whose runner has exited (call under the slot lock)."""
+    freed = []
+    holders = Run.objects.filter(
+        holds_slot=True, executor=executor.name, status__in=FINAL_STATUSES
+    ).only("pk", "public_id", "executor", "executor_handle")
+    for run in holders:
+        try:
+            state = executor.status(_handle(run, executor)).state
+        except ExecutorError as exc:
+            log.warning("slots: cannot tell whether %s's runner ended: %s", run.short_id, exc)
+            continue
+        if state not in _ALIVE:
+            Run.objects.filter(pk=run.pk).update(holds_slot=False)
+            freed.append(run.public_id)
+    return freed
+
+
+def fill_slots(executor: Executor) -> dict[int | str, str]:
+    """Claim queued runs, oldest first, while slots are free; start them, and start any
+    claimed run that never started. Returns ``{run pk: outcome}``, plus ``"waiting": "1"``
+    when runs are left queued because every slot is held."""
+    assert executor.slots is not None
+    now = timezone.now()
+    outcomes: dict[int | str, str] = {}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_slot_lock_key(executor)])
+        release_slots(executor)
+        holders = Run.objects.filter(holds_slot=True, executor=executor.name)
+        free = executor.slots - holders.count()
+        queued = Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at", "id")
+        claimed = []
+        for pk in queued.values_list("pk", flat=True)[: max(free, 0)]:
+            failpoints.hit("dispatch.before-claim")
+            run = _claim(pk, executor, now)
+            if run is not None:
+                claimed.append(run.pk)
+        if queued.exists() and free <= len(claimed):
+            outcomes["waiting"] = "1"
+        # Claimed earlier (by us now, or by a worker that died before starting them).
+        to_start = list(
+            holders.filter(status=RunStatus.DISPATCHED).select_related("owner").order_by("pk")
+        )
+    for run in to_start:
+        if run.pk in claimed or _never_started(run, executor):
+            outcomes[run.pk] = _start(run, executor)
+    return outcomes
+
+
+def slot_releasing(executor: Executor) -> bool:
+    """Is a slot held by an ended run whose runner is still stopping?"""
+    return Run.objects.filter(
+        holds_slot=True, executor=executor.name, status__in=FINAL_STATUSES
+    ).exists()
+
+
+# --------------------------------------------------------------------------- reconcile
 
 
 @dataclass
@@ -123,6 +279,8 @@ class ReconcileReport:
     deadline: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
 
 
 def reconcile(now: datetime | None = None) -> ReconcileReport:
@@ -159,77 +317,72 @@ def reconcile(now: datetime | None = None) -> ReconcileReport:
         with bound_run(run.public_id):
             try:
                 executor = get_executor(run.executor or None)
-                if not executor.status(run.executor_handle).ended:
+                if executor.status(run.executor_handle).state in _ALIVE:
                     executor.cancel(run.executor_handle)
                     report.stopped.append(run.public_id)
             except Exception:
                 log.exception("reconcile: could not stop a cancelled run's runner")
-    if report.redispatched or report.deadline or report.lost or report.stopped:
+
+    try:
+        executor = get_executor()
+    except ExecutorError:
+        executor = None
+    if executor is not None and executor.slots is not None:
+        try:
+            outcomes = fill_slots(executor)
+        except ExecutorUnavailable as exc:
+            log.warning("reconcile: executor unavailable while filling slots: %s", exc)
+        else:
+            started = [pk for pk, what in outcomes.items() if what == "submitted"]
+            report.started = list(
+                Run.objects.filter(pk__in=started).values_list("public_id", flat=True)
+            )
+    if any(vars(report).values()):
         log.info("reconcile: %s", report)
     return report
 
 
 def _reconcile_active(run: Run, now: datetime, stale: datetime, report: ReconcileReport) -> None:
     executor = get_executor(run.executor or None)
-    handle = run.executor_handle
+    handle = _handle(run, executor)
     if run.deadline and now >= run.deadline:
         reason = (
             f"deadline exceeded after {run.timeout_minutes} min (resources.timeout_minutes); "
             "the runner was stopped. Raise the timeout or measure fewer points."
         )
-        if handle:
-            # A run that never started (no free GPU, image still pulling) says why, since
-            # a longer timeout is then not the fix.
-            try:
-                state = executor.status(handle)
-            except ExecutorError:
-                state = None
-            if state is not None and state.state == ExecutorState.PENDING and state.reason:
-                reason = (
-                    f"deadline exceeded after {run.timeout_minutes} min before the runner "
-                    f"started: {state.reason}"
-                )
-        if transition(
-            run.pk,
-            RunStatus.FAILED,
-            expected=(RunStatus.DISPATCHED, RunStatus.RUNNING),
-            failure_reason=reason,
-            finished_at=now,
-        ):
+        # A run that never started (no free GPU, image still pulling) says why, since
+        # a longer timeout is then not the fix.
+        try:
+            state = executor.status(handle)
+        except ExecutorError:
+            state = None
+        if state is not None and state.state in (ExecutorState.PENDING, ExecutorState.NOT_STARTED):
+            why = state.reason or "the runner never started"
+            reason = (
+                f"deadline exceeded after {run.timeout_minutes} min before the runner "
+                f"started: {why}"
+            )
+        if _fail(run, reason):
             report.deadline.append(run.public_id)
             log.info("reconcile: %s", reason)
-            if handle:
-                executor.cancel(handle)
-        return
-    if not handle:
-        # Claimed but never submitted: the worker died between the two.
-        if (
-            run.dispatched_at
-            and run.dispatched_at < stale
-            and transition(
-                run.pk,
-                RunStatus.FAILED,
-                expected=(RunStatus.DISPATCHED,),
-                failure_reason=(
-                    "dispatch did not complete (the worker stopped while submitting the "
-                    "run); submit it again"
-                ),
-                finished_at=now,
-            )
-        ):
-            report.lost.append(run.public_id)
+            executor.cancel(handle)
         return
     status = executor.status(handle)
+    if status.state == ExecutorState.NOT_STARTED:
+        if run.status == RunStatus.RUNNING:
+            # It reported "started", so a runner existed: the executor has lost it.
+            status = ExecutorStatus(ExecutorState.GONE, reason=status.reason)
+        else:
+            claimed_at = run.dispatched_at or run.updated_at
+            if claimed_at < stale and executor.slots is None:
+                # With slots, fill_slots (below in reconcile) starts it under the lock.
+                enqueue_dispatch(run.pk)
+                report.redispatched.append(run.public_id)
+            return
     if not status.ended:
         return
     reason = _lost_reason(status, executor.logs(handle, LOG_LINES_IN_REASON))
-    if transition(
-        run.pk,
-        RunStatus.FAILED,
-        expected=(RunStatus.DISPATCHED, RunStatus.RUNNING),
-        failure_reason=reason,
-        finished_at=now,
-    ):
+    if _fail(run, reason):
         report.lost.append(run.public_id)
         log.info("reconcile: %s", reason.splitlines()[0])
 

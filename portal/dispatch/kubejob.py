@@ -18,9 +18,10 @@ What the Job looks like, and why:
   string quantity. CPU and memory requests from the spec's resources or the settings;
   the memory limit equals the request, so a runaway process is OOMKilled (a reason the
   portal can name) instead of starving its neighbours.
-- ``nodeSelector``: the settings' selector, the spec's ``resources.node_selector`` and
-  ``resources.gpu_type`` as the value of the configured GPU label. Tolerations and
-  affinity from the settings.
+- ``nodeSelector``: the spec's ``resources.node_selector`` (only the keys the admin allows,
+  SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS) and ``resources.gpu_type`` as the value of the
+  configured GPU label, then the settings' selector over them: the admin's placement
+  always wins. Tolerations and affinity from the settings.
 - ``/dev/shm``: a memory-backed emptyDir (vLLM and NCCL need more than the 64 MB default).
   The Hugging Face cache from a PVC when configured, so weights download once per cluster.
 - ``backoffLimit: 0`` and ``restartPolicy: Never``: a benchmark that failed is a result,
@@ -98,6 +99,7 @@ class RunnerConfig:
     memory_request: str = "32Gi"
     shm_size: str = ""
     node_selector: dict[str, str] = field(default_factory=dict)
+    allowed_node_selector_keys: tuple[str, ...] = ()
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     affinity: dict[str, Any] = field(default_factory=dict)
     hf_cache_pvc: str = ""
@@ -122,6 +124,7 @@ class RunnerConfig:
             memory_request=s.SERVEBENCH_K8S_MEMORY_REQUEST,
             shm_size=s.SERVEBENCH_K8S_SHM_SIZE,
             node_selector=dict(s.SERVEBENCH_K8S_NODE_SELECTOR),
+            allowed_node_selector_keys=tuple(s.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS),
             tolerations=list(s.SERVEBENCH_K8S_TOLERATIONS),
             affinity=dict(s.SERVEBENCH_K8S_AFFINITY),
             hf_cache_pvc=s.SERVEBENCH_K8S_HF_CACHE_PVC,
@@ -171,11 +174,16 @@ def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> cli
 
 
 def node_selector(resources: dict[str, Any], cfg: RunnerConfig) -> dict[str, str]:
-    """Settings' selector, then the spec's, then its GPU type (most specific wins)."""
-    selector = dict(cfg.node_selector)
-    selector.update(resources.get("node_selector") or {})
+    """The spec's selector (allowed keys only), its GPU type, then the settings' selector
+    over both: the admin's placement wins. Submission refuses a spec that tries otherwise
+    (``portal.benchmarks.policy``); this holds for runs stored before a setting changed."""
+    allowed = set(cfg.allowed_node_selector_keys) - {cfg.gpu_type_label}
+    selector = {
+        str(k): str(v) for k, v in (resources.get("node_selector") or {}).items() if k in allowed
+    }
     if resources.get("gpu_type") and cfg.gpu_type_label:
         selector[cfg.gpu_type_label] = str(resources["gpu_type"])
+    selector.update(cfg.node_selector)
     return selector
 
 

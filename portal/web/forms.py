@@ -9,12 +9,16 @@ own is shown under the spec text, with its dotted path).
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import yaml
 from django import forms
 
+from portal.benchmarks import policy
 from runners import spec as rs
+
+_WHOLE = re.compile(r"^[0-9]{1,9}$")
 
 BACKEND_CHOICES = [
     ("hf-sequential", "HF Transformers sequential baseline"),
@@ -57,16 +61,21 @@ class RunForm(forms.Form):
     FIELD_FOR_PATH = {
         "name": "name",
         "model.id": "model_id",
+        "model.tokenizer": "model_id",
         "workload.input_len": "input_len",
         "workload.output_len": "output_len",
         "workload.num_prompts": "num_prompts",
         "backends": "backends",
     }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.user = user
         self.spec: rs.Spec | None = None
         self._concurrency_sweep: int | None = None
+        choices = policy.form_choices()
+        self.gpu_types: list[str] = choices["gpu_types"]
+        self.node_selector_keys: list[str] = choices["node_selector_keys"]
 
     # ------------------------------------------------------------------ building
 
@@ -98,7 +107,7 @@ class RunForm(forms.Form):
         for part in raw.replace(";", ",").replace(" ", ",").split(","):
             if not part:
                 continue
-            if not part.isdigit() or int(part) < 1:
+            if not _WHOLE.match(part) or int(part) < 1:
                 self.add_error(
                     "concurrency", f"{part!r} is not a positive whole number; use e.g. 1, 4, 16"
                 )
@@ -155,7 +164,14 @@ class RunForm(forms.Form):
         if self.errors:
             return cleaned
         try:
-            self.spec = rs.parse_spec(data)
+            spec = rs.parse_spec(data)
+            # The deployment's rules too (remote code, local paths, GPU types, placement),
+            # so a refusal shows at its field instead of after submitting.
+            from portal.benchmarks.services import check_image
+
+            check_image(spec)
+            policy.check(spec, self.user)
+            self.spec = spec
         except rs.SpecError as exc:
             for err in exc.errors:
                 self.add_error(*self._place(err))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
+from portal.benchmarks import commands, sharing
 from portal.benchmarks.models import Environment, Measurement, Run
-from portal.benchmarks.points import RunResults
+from portal.benchmarks.points import PointStats, RunResults
+from portal.benchmarks.services import image_allowed
+from runners import spec as rs
 from runners.environment import get as env_get
+from servebench import verdict
 
 
 def summary(results: RunResults) -> dict[str, Any]:
@@ -35,7 +40,104 @@ def summary(results: RunResults) -> dict[str, Any]:
         out["hf_output_throughput"] = base.get("output_throughput")
     if "best" in out and out.get("hf_output_throughput"):
         out["speedup"] = out["best"]["output_throughput"] / out["hf_output_throughput"]
+    out.update(headline_noise(out, vllm, base))
     return out
+
+
+def headline_noise(
+    headline: dict[str, Any], vllm: list[PointStats], base: PointStats | None
+) -> dict[str, Any]:
+    """How well the headline numbers are known: each one's 95% interval (over repeats, or
+    request-level for one repeat), the speedup's range, and plain warnings where the sample
+    is too small to trust a difference of the size the page shows (wider than the
+    threshold a CI gate judges changes by)."""
+    out: dict[str, Any] = {"noise_warnings": []}
+    warn = out["noise_warnings"].append
+    limit = verdict.DEFAULT_THRESHOLD
+    best = headline.get("best")
+    best_noise = best["point"].uncertainty("output_throughput") if best else None
+    hf_noise = base.uncertainty("output_throughput") if base is not None else None
+    if best:
+        best["noise"] = best_noise
+        best["ttft_noise"] = best["point"].uncertainty("p99_ttft_ms")
+    out["hf_noise"] = hf_noise
+    rough, remedies = [], []
+    for label, found, point in (
+        ("the best output tok/s", best_noise, best["point"] if best else None),
+        ("the HF baseline's output tok/s", hf_noise, base),
+    ):
+        if point is None:
+            continue
+        if found is None:
+            warn(
+                f"{label.capitalize()} was measured once without per-request samples: its "
+                "noise is unknown."
+            )
+        elif found.relative > limit:
+            rough.append(f"{label} {found.describe()}")
+            remedy = "num_prompts" if found.request_level else "repeats"
+            remedies += [remedy] if remedy not in remedies else []
+    if rough:
+        warn(
+            f"Known only roughly: {'; '.join(rough)}. A difference smaller than that, between "
+            f"points, backends or runs, cannot be trusted; raise {' or '.join(remedies)} "
+            "to narrow it."
+        )
+    if best_noise and hf_noise and hf_noise.low > 0:
+        low, high = best_noise.low / hf_noise.high, best_noise.high / hf_noise.low
+        out["speedup_range"] = (low, high)
+        if high / low > (1 + limit) ** 2:
+            warn(
+                f"The speedup over the HF baseline could be anywhere from {low:.1f}x to "
+                f"{high:.1f}x (the 95% intervals of both throughputs)."
+            )
+    if best and best_noise:
+        rivals = [
+            p.short
+            for p in vllm
+            if p is not best["point"]
+            and p.backend == best["backend"]
+            and best_noise.low <= (p.get("output_throughput") or 0.0)
+        ]
+        if rivals:
+            warn(
+                f"The best point ({best['where']}) is not distinguishable from "
+                f"{', '.join(rivals[:3])}: their output tok/s lie within its 95% interval."
+            )
+    if (best_noise and best_noise.request_level) or (hf_noise and hf_noise.request_level):
+        out["one_repeat"] = True
+    return out
+
+
+def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[str, Any]:
+    """Measurements the runner took while something else competed for their cores
+    (``conditions.contended``, with its reasons; one query), and which sides of the
+    headline speedup rest on one. Numbers measured so are shown with a warning, never
+    as if they were clean."""
+    rows = (
+        Measurement.objects.filter(run=run, conditions__contended=True)
+        .order_by("backend", "sweep", "value", "repeat")
+        .values_list("backend", "backend_kind", "point_key", "repeat", "conditions")
+    )
+    points = [
+        {
+            "backend": backend,
+            "hf": kind == "hf-sequential",
+            "point_key": point_key,
+            "repeat": repeat,
+            # Runner-supplied text: shown with credentials scrubbed, like its errors.
+            "reasons": [sharing.scrub(str(r)) for r in (cond or {}).get("reasons") or []],
+        }
+        for backend, kind, point_key, repeat, cond in rows
+    ]
+    flagged = {(p["backend"], p["point_key"]) for p in points}
+    base = next(iter(results.baselines.values()), None)
+    best = (headline.get("best") or {}).get("point")
+    return {
+        "points": points,
+        "hf": base is not None and (base.backend, base.point_key) in flagged,
+        "best": best is not None and (best.backend, best.point_key) in flagged,
+    }
 
 
 def environment_of(run: Run) -> Environment | None:
@@ -98,6 +200,7 @@ def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 _ABSENT = {"", "none", "unknown"}
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _known(value: Any) -> str:
@@ -112,25 +215,34 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
     snapshot = snapshot or {}
     per_point: dict[str, dict[str, str]] = {}
     hf: dict[str, str] = {}
+    replaced: list[str] = []
+    spec = rs.parse_spec(run.spec)
     rows = (
         Measurement.objects.filter(run=run, repeat=0)
         .order_by("backend", "sweep", "value")
         .values_list("backend", "backend_kind", "point_key", "commands")
     )
-    for backend, kind, point_key, commands in rows:
-        if not commands:
+    for backend, kind, point_key, reported in rows:
+        # Shown under Copy buttons: the runner's command only where it is the one the
+        # spec implies (portal.benchmarks.commands), else the implied one.
+        found = commands.shown(spec, backend, point_key, reported or {})
+        if not found["commands"]:
             continue
+        replaced += [f"{backend} {point_key} ({k})" for k in found["replaced"]]
         if kind == "hf-sequential":
-            hf[backend] = commands.get("hf", "")
+            hf[backend] = found["commands"].get("hf", "")
         else:
-            per_point[f"{backend} {point_key}"] = commands
+            per_point[f"{backend} {point_key}"] = found["commands"]
     spec_file = f"servebench-{run.short_id}-spec.yaml"
     runner = f"python -m runners run {spec_file} --out result.json"
     image = _known(env_get(snapshot, "container.image"))
     digest = _known(env_get(snapshot, "container.image_digest"))
     container = ""
-    if image:
-        ref = f"{image.split('@')[0]}@{digest}" if digest.startswith("sha256:") else image
+    if digest and not _DIGEST.fullmatch(digest):
+        digest = ""
+    # A runner-reported image goes under a Copy button only when this portal allows it.
+    if image and image_allowed(image.split("@")[0]):
+        ref = f"{image.split('@')[0]}@{digest}" if digest else image
         # The runner image's ENTRYPOINT is `python -m runners`; --init reaps vLLM's engine
         # processes. The reference is runner-reported text: quoted, since people paste it.
         container = (
@@ -151,5 +263,6 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
         "points": per_point,
         "hf": hf,
         "packages": package_list,
+        "replaced": replaced,
         "package_count": len(packages) if isinstance(packages, dict) else 0,
     }

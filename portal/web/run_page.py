@@ -1,23 +1,27 @@
 """Everything the run page shows, gathered in a fixed number of queries.
 
 Queries, whatever the number of points or repeats: the measurements (one; one more for
-per-request arrays when an SLO's goodput must be computed), the environment, the
-reproduce commands, the re-runs of this run, and for a re-run its original and the
-original's measurements. The runner's log tail comes from the executor (a file for the
+per-request arrays when an SLO's goodput must be computed), the conditions of those the
+runner measured under CPU contention (one), the environment, the
+reproduce commands, the re-runs of this run, the per-request samples of the points
+measured once (their request-level intervals; ``points.attach_request_intervals``), and
+for a re-run its original and the compare verdict against it (``reproduce.verdict``: the
+compare page's queries). The runner's log tail comes from the executor (a file for the
 local one, the Kubernetes API for Jobs), for the owner and staff only.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from portal.benchmarks import capacity, goodput, queries, reproduce, sharing
 from portal.benchmarks import points as pts
-from portal.benchmarks.models import Measurement, Run, RunStatus
+from portal.benchmarks.models import Run, RunStatus
+from portal.benchmarks.queue import queue_info
+from portal.dispatch import runlog
 from portal.web import figures, presenters, tables
 from portal.web.figures.run import LOAD_AXES, PARETO_LATENCY, best_within_budget, slo_text
 from runners import spec as rs
@@ -28,26 +32,13 @@ LOG_TAIL_LINES = 200
 LOG_STATUSES = (RunStatus.DISPATCHED, RunStatus.RUNNING, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
-@dataclass
-class LogTail:
-    text: str
-    error: str = ""
-
-
-def log_tail(user: AbstractBaseUser | AnonymousUser, run: Run) -> LogTail | None:
-    """The last LOG_TAIL_LINES lines of the runner's output, for the owner and staff,
-    while the run is active and after it failed or was cancelled; None otherwise."""
-    if not queries.can_cancel(user, run) or run.status not in LOG_STATUSES:
+def log_tail(user: AbstractBaseUser | AnonymousUser, run: Run) -> runlog.LogTail | None:
+    """The last LOG_TAIL_LINES lines of the runner's output (``runlog.log_tail``, as the
+    logs endpoint), while the run is active and after it failed or was cancelled; None
+    for who may not read it and for runs that never reached an executor."""
+    if run.status not in LOG_STATUSES or not run.executor or not run.executor_handle:
         return None
-    if not run.executor or not run.executor_handle:
-        return None
-    from portal.dispatch.executors import ExecutorError, get_executor
-
-    try:
-        text = get_executor(run.executor).logs(run.executor_handle, tail=LOG_TAIL_LINES)
-    except ExecutorError as exc:
-        return LogTail("", f"The runner's log could not be read: {exc}")
-    return LogTail(text or "")
+    return runlog.log_tail(user, run, LOG_TAIL_LINES)
 
 
 def capacity_curve(results: pts.RunResults) -> list[dict[str, Any]]:
@@ -115,15 +106,9 @@ def rerun_context(
     out: dict[str, Any] = {"reruns": reproduce.reruns_of(user, run)}
     original = reproduce.original_of(user, run)
     if original is not None:
-        theirs = pts.RunResults(
-            pts.aggregate(
-                Measurement.objects.filter(run=original)
-                .defer(*Measurement.HEAVY_FIELDS)
-                .order_by("backend", "sweep", "value", "repeat", "id")
-            )
-        )
         out["original"] = original
-        out["verdict"] = reproduce.verdict(original, theirs, run, results)
+        out["verdict"] = reproduce.verdict(user, original, run)
+        out["verdict_checks"] = reproduce.shown_checks(out["verdict"])
     elif reproduce.original_id(run):
         out["original_hidden"] = True
     return out
@@ -138,8 +123,15 @@ def history_point(results: pts.RunResults) -> pts.PointStats | None:
 def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
     """The run page's context (without request-specific URLs)."""
     results = pts.run_results(run)
+    pts.attach_request_intervals(results)  # the headline's and the table's noise
+    headline = presenters.summary(results)
+    manager = queries.may_manage(user, run)
+    for point in results.points:  # runner text: one line each for who does not manage it
+        point.errors = [sharing.error_for(manager, e) for e in point.errors]
     environment = presenters.environment_of(run)
-    snapshot = environment.snapshot if environment else {}
+    # Credentials never show, whoever reads (stored snapshots from before ingestion
+    # scrubbed them included).
+    snapshot = sharing.scrub_value(environment.snapshot) if environment else {}
     plan = (
         None
         if environment is None
@@ -164,7 +156,8 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
         "has_pareto": any(f["kind"] == "pareto" for f in charts),
         "compare_ids": compare_ids,
         "compare_baseline": (rerun_info.get("original") or run).public_id,
-        "summary": presenters.summary(results),
+        "summary": headline,
+        "contention": presenters.contention(run, results, headline),
         "metric_columns": metric_columns,
         "summary_rows": tables.summary_rows(results, metric_columns),
         "capacity": plan,
@@ -176,10 +169,13 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
         "preempted": preempted,
         "environment": environment,
         "env_facts": presenters.environment_facts(snapshot),
+        "snapshot": snapshot,
         "reproduce": presenters.reproduce_commands(run, snapshot),
         "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec)),
         "can_manage": sharing.can_share(user, run),
-        "can_cancel": queries.can_cancel(user, run) and not run.is_final,
+        "can_cancel": queries.may_manage(user, run) and not run.is_final,
+        "failure_reason": sharing.failure_reason_for(user, run),
+        "queue": queue_info(run),
         "log_tail": log_tail(user, run),
         "history_point": history_point(results),
         **rerun_info,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -24,6 +25,7 @@ class Cell:
     sort: float | None
     text: str
     spread: str = ""
+    spread_title: str = ""  # how the spread was measured, for the cell's title
 
 
 @dataclass
@@ -56,11 +58,18 @@ def summary_rows(results: RunResults, metrics: list[Metric]) -> list[SummaryRow]
         cells = []
         for metric in metrics:
             value = p.get(metric.key)
-            spread = ""
+            spread, title = "", ""
+            requests = p.requests.get(metric.key) if p.repeats == 1 else None
             if p.repeats > 1 and value is not None and p.std.get(metric.key):
                 spread = "± " + format_value(metric, p.std[metric.key]).lstrip("-")
+                title = f"standard deviation over {p.repeats} repeats"
+            elif requests is not None:
+                # One repeat: the request-level 95% interval, as a share of the value.
+                rel = requests.relative
+                spread = "±∞" if math.isinf(rel) else f"±{rel * 100:.1f}%"
+                title = requests.describe() + "; it cannot see run-to-run noise"
             cells.append(
-                Cell(display_value(metric.key, value), format_value(metric, value), spread)
+                Cell(display_value(metric.key, value), format_value(metric, value), spread, title)
             )
         rows.append(SummaryRow(p, cells, results.speedup(p)))
     return rows
@@ -135,7 +144,25 @@ def _csv_safe(value: Any) -> Any:
 class CompareCell:
     text: str
     delta: float | None
-    verdict: str
+    verdict: str  # the colour: "better", "worse" or ""
+    word: str = ""  # the verdict engine's word ("within noise"...), "" where not judged
+    judged: str = ""  # the word and why, for the cell's title
+
+
+def _judged(judgement: Any) -> str:
+    """``worse: -12.3%, 95% interval -20.1% to -4.5% (repeats + bootstrap)``."""
+    if judgement is None:
+        return ""
+    text = judgement.verdict
+    if judgement.interval is not None:
+        lo, hi = (
+            _signed_pct(x) if math.isfinite(x) else ("-inf" if x < 0 else "+inf")
+            for x in judgement.interval
+        )
+        text += f", {judgement.confidence:.0%} interval {lo} to {hi}"
+    if judgement.method not in ("", "-"):
+        text += f" ({judgement.method})"
+    return text
 
 
 @dataclass
@@ -146,13 +173,21 @@ class CompareLine:
 
 def compare_lines(rows: list[Any]) -> list[CompareLine]:
     """The compare table's cells: value in the metric's unit, relative difference to the
-    baseline, and whether that is better or worse."""
+    baseline, and the verdict engine's judgement (coloured only when worse or better)."""
     return [
         CompareLine(
             row,
             [
-                CompareCell(format_value(row.metric, value), delta, verdict)
-                for value, delta, verdict in zip(row.values, row.deltas, row.verdicts, strict=True)
+                CompareCell(
+                    format_value(row.metric, value),
+                    delta,
+                    verdict,
+                    judgement.verdict if judgement is not None else "",
+                    _judged(judgement),
+                )
+                for value, delta, verdict, judgement in zip(
+                    row.values, row.deltas, row.verdicts, row.judgements, strict=True
+                )
             ],
         )
         for row in rows
@@ -172,7 +207,13 @@ def compare_tbody(lines: list[CompareLine]) -> SafeString:
         row = line.row
         unit = f' <span class="unit">{escape(row.metric.unit)}</span>' if row.metric.unit else ""
         cells = "".join(
-            f'<td class="num {cell.verdict}">{escape(cell.text)}'
+            f'<td class="num {cell.verdict}"'
+            + (
+                f' data-verdict="{escape(cell.word)}" title="{escape(cell.judged)}"'
+                if cell.judged
+                else ""
+            )
+            + f">{escape(cell.text)}"
             + (
                 f' <span class="delta">{_signed_pct(cell.delta)}</span>'
                 if cell.delta is not None

@@ -90,6 +90,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# GPU feature discovery's label value for an H100 SXM (nvidia.com/gpu.product).
+GPU_TYPE = "NVIDIA-H100-80GB-HBM3"
+
+
 def gpu_spec(**resources: Any) -> dict[str, Any]:
     """A small valid spec asking for one GPU of a type (tests/portal's tiny spec, on a GPU)."""
     return {
@@ -98,7 +102,7 @@ def gpu_spec(**resources: Any) -> dict[str, Any]:
         "workload": {"input_len": 64, "output_len": 16, "num_prompts": 8, "num_warmups": 0},
         "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
         "backends": [{"kind": "hf-sequential", "num_prompts": 4}, {"kind": "vllm"}],
-        "resources": {"gpu_count": 1, "gpu_type": "H100-80GB", "timeout_minutes": 10, **resources},
+        "resources": {"gpu_count": 1, "gpu_type": GPU_TYPE, "timeout_minutes": 10, **resources},
     }
 
 

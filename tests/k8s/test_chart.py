@@ -1,9 +1,11 @@
 """The Helm chart, offline: lint, render, validate against Kubernetes 1.37's schemas, and
 check the behaviour the chart promises (one beat, migrations hook, least privilege, roll
-on settings change, runner defaults that the portal's settings really accept)."""
+on settings change, samples kept on a volume or in S3, runner and samples settings that
+the portal's settings really accept)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -33,12 +35,54 @@ DEFAULT_KINDS = {
     ("Deployment", "servebench-beat"),
     ("Secret", "servebench-migrations"),
     ("Job", "servebench-migrate"),
+    ("PersistentVolumeClaim", "servebench-samples"),
 }
+S3_VALUES = [
+    "--set", "samples.storage=s3",
+    "--set", "samples.s3.bucket=bench-samples",
+    "--set", "samples.s3.endpointUrl=https://minio.example.com:9000",
+    "--set", "samples.s3.region=eu-west-1",
+    "--set", "samples.s3.prefix=servebench/prod",
+    "--set", "secrets.awsAccessKeyId=AKIAEXAMPLEKEYID",
+    "--set", "secrets.awsSecretAccessKey=example/secret+access/key",
+]  # fmt: skip
+# On the web pods that mount the samples volume.
+SAMPLES_LABEL = "servebench.dev/samples-volume"
 
 
 def container(doc: dict[str, Any]) -> dict[str, Any]:
     (only,) = doc["spec"]["template"]["spec"]["containers"]
     return only
+
+
+def volumes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's volumes by name."""
+    return {v["name"]: v for v in doc["spec"]["template"]["spec"].get("volumes", [])}
+
+
+def mounts(doc: dict[str, Any]) -> dict[str, str]:
+    """The container's volume mounts, name -> path."""
+    return {m["name"]: m["mountPath"] for m in container(doc).get("volumeMounts", [])}
+
+
+def run_with_settings(config: dict[str, str], code: str, **extra: str) -> dict[str, Any]:
+    """``code`` in a fresh process whose environment is ``config`` (a rendered ConfigMap)
+    plus the portal's required secrets: portal/settings.py reads it as a pod would. The
+    code prints one JSON document."""
+    env = dict(os.environ)
+    env.update(config)
+    env.update(
+        SECRET_KEY="s" * 50,
+        DATABASE_URL="postgres://u:p@db.example.com:5432/servebench",
+        REDIS_URL="redis://redis.example.com:6379/0",
+        DJANGO_SETTINGS_MODULE="portal.settings",
+        **extra,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +137,22 @@ def test_everything_on_renders_valid_objects(helm):
         assert {"secretRef": {"name": "servebench-credentials"}} in container(
             objects[("Deployment", name)]
         )["envFrom"]
+    # Samples in S3: no volume, and web.affinity exactly as given (no one-node rule).
+    web = objects[("Deployment", "bench-web")]
+    assert set(volumes(web)) == {"tmp"} and set(mounts(web)) == {"tmp"}
+    assert web["spec"]["template"]["spec"]["affinity"] == {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "web"}},
+                    },
+                }
+            ]
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -103,6 +163,21 @@ def test_everything_on_renders_valid_objects(helm):
         ("runner.resources.memory=lots", "'lots' does not match pattern"),
         ("publicUrl=bench.example.com", "does not match pattern"),
         ("secrets.databaseUrl=mysql://db/x", "does not match pattern"),
+        ("samples.storage=S3", "at '/samples/storage': value must be one of 'filesystem', 's3'"),
+        ("samples.s3.buckets=x", "additional properties 'buckets' not allowed"),
+        ("samples.storage=s3", "at '/samples/s3/bucket': minLength"),  # no bucket
+        ("samples.s3.bucket=s3://bench/samples", "at '/samples/s3/bucket': 's3://bench"),
+        ("samples.s3.endpointUrl=minio:9000", "at '/samples/s3/endpointUrl'"),
+        ("samples.s3.prefix=/servebench/", "at '/samples/s3/prefix'"),
+        # filesystem with neither a claim nor one to create: the pods' disk would lose them
+        ("samples.persistence.create=false", "at '/samples/persistence': 'anyOf' failed"),
+        ("samples.persistence.accessModes={ReadOnlyMany}", "value must be one of"),
+        ("samples.persistence.accessModes=null", "missing property 'accessModes'"),
+        ("samples.persistence.size=lots", "at '/samples/persistence/size': 'lots'"),
+        ("samples.persistence.mountPath=samples", "at '/samples/persistence/mountPath'"),
+        ("samples.persistence.mountPath=/tmp", "at '/samples/persistence/mountPath'"),
+        ("secrets.awsAccessKeyId=AKIA0", "at '/secrets/awsSecretAccessKey': minLength"),
+        ("secrets.awsSecretAccessKey=x", "at '/secrets/awsAccessKeyId': minLength"),
     ],
 )
 def test_the_schema_rejects_bad_values_naming_them(helm, value, complaint):
@@ -197,14 +272,6 @@ def test_the_runner_values_are_settings_the_portal_accepts(helm, tmp_path):
     """The ConfigMap, read by portal/settings.py in a fresh process, and the Job the
     executor would build from it, validated like the chart's own objects."""
     objects = index(render_chart(helm, "-f", str(VALUES_EVERYTHING)))
-    env = dict(os.environ)
-    env.update(objects[("ConfigMap", "bench")]["data"])
-    env.update(
-        SECRET_KEY="s" * 50,
-        DATABASE_URL="postgres://u:p@db.example.com:5432/servebench",
-        REDIS_URL="redis://redis.example.com:6379/0",
-        DJANGO_SETTINGS_MODULE="portal.settings",
-    )
     code = """
 import json, django
 django.setup()
@@ -215,14 +282,11 @@ resources = {"gpu_count": 2, "gpu_type": "H100", "timeout_minutes": 30}
 spec = {"model": {"id": "m"}, "resources": resources}
 job = kubejob.build_job("abcdefghij0123456789", spec, "https://x/api/v1/runner/runs/a", cfg)
 names = [n for n in dir(settings) if n.startswith("SERVEBENCH_K8S_")]
+names += ["SERVEBENCH_GPU_TYPES", "SERVEBENCH_MODEL_ROOTS", "SERVEBENCH_DATASET_ROOTS"]
 print(json.dumps({"settings": {n: getattr(settings, n) for n in names},
                   "job": kubejob.to_manifest(job)}))
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout)
+    out = run_with_settings(objects[("ConfigMap", "bench")]["data"], code)
     s = out["settings"]
     assert s["SERVEBENCH_K8S_NAMESPACE"] == "servebench-runs"
     assert (
@@ -234,6 +298,10 @@ print(json.dumps({"settings": {n: getattr(settings, n) for n in names},
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
     assert s["SERVEBENCH_K8S_NODE_SELECTOR"] == {"pool": "gpu"}
+    assert s["SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS"] == ["topology.kubernetes.io/zone"]
+    assert s["SERVEBENCH_GPU_TYPES"] == ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]
+    assert s["SERVEBENCH_MODEL_ROOTS"] == ["/models"]
+    assert s["SERVEBENCH_DATASET_ROOTS"] == ["/datasets"]
     assert s["SERVEBENCH_K8S_HF_CACHE_PVC"] == "bench-hf-cache"
     assert s["SERVEBENCH_K8S_HF_HOME"] == "/models/hf"
     assert s["SERVEBENCH_K8S_MAX_GPUS"] == 8
@@ -248,3 +316,167 @@ print(json.dumps({"settings": {n: getattr(settings, n) for n in names},
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits == {"memory": "128Gi", "nvidia.com/gpu": "2"}
     assert job["spec"]["ttlSecondsAfterFinished"] == 3600
+
+
+def test_by_default_samples_live_on_a_volume_of_the_web_pods(helm):
+    """Not on a pod's own disk (lost on restart, split between replicas): a PVC the chart
+    creates and keeps, mounted where SERVEBENCH_SAMPLES_DIR points, in the web pods only."""
+    objects = index(render_chart(helm))
+    config = objects[("ConfigMap", "servebench")]["data"]
+    assert config["SERVEBENCH_SAMPLES_STORAGE"] == "filesystem"
+    assert config["SERVEBENCH_SAMPLES_DIR"] == "/var/lib/servebench"
+    assert not [k for k in config if k.startswith("SERVEBENCH_S3_")]
+    pvc = objects[("PersistentVolumeClaim", "servebench-samples")]
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert "storageClassName" not in pvc["spec"]  # the cluster's default class
+    web = objects[("Deployment", "servebench-web")]
+    assert volumes(web)["samples"] == {
+        "name": "samples",
+        "persistentVolumeClaim": {"claimName": "servebench-samples"},
+    }
+    assert mounts(web) == {"tmp": "/tmp", "samples": config["SERVEBENCH_SAMPLES_DIR"]}
+    # Writable by the non-root uid on a read-only root filesystem: the volume is group-owned.
+    pod = web["spec"]["template"]["spec"]
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"] == 10001
+    assert container(web)["securityContext"]["readOnlyRootFilesystem"] is True
+    # ReadWriteOnce attaches to one node: the web pods that mount it are kept together (web
+    # pods of an older release, without the volume, may be anywhere: they do not count).
+    assert web["spec"]["template"]["metadata"]["labels"][SAMPLES_LABEL] == "true"
+    selector = {**web["spec"]["selector"]["matchLabels"], SAMPLES_LABEL: "true"}
+    assert pod["affinity"] == {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": selector},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    # The worker, beat and migrations never touch samples.
+    for key in (("Deployment", "servebench-worker"), ("Deployment", "servebench-beat")):
+        assert set(volumes(objects[key])) == {"tmp"}
+        assert "affinity" not in objects[key]["spec"]["template"]["spec"]
+    assert "samples" not in volumes(objects[("Job", "servebench-migrate")])
+
+
+def test_an_existing_readwritemany_claim_is_mounted_without_keeping_pods_together(helm):
+    shared = [
+        "--set", "samples.persistence.existingClaim=shared-samples",
+        "--set", "samples.persistence.accessModes={ReadWriteMany}",
+        "--set", "samples.persistence.mountPath=/data/samples",
+    ]  # fmt: skip
+    objects = index(render_chart(helm, *shared))
+    assert ("PersistentVolumeClaim", "servebench-samples") not in objects
+    web = objects[("Deployment", "servebench-web")]
+    assert volumes(web)["samples"]["persistentVolumeClaim"] == {"claimName": "shared-samples"}
+    assert mounts(web)["samples"] == "/data/samples"
+    assert objects[("ConfigMap", "servebench")]["data"]["SERVEBENCH_SAMPLES_DIR"] == "/data/samples"
+    assert "affinity" not in web["spec"]["template"]["spec"]
+
+
+def test_the_one_node_rule_adds_to_the_web_affinity_given(helm):
+    objects = index(
+        render_chart(helm, "-f", str(VALUES_EVERYTHING), "--set", "samples.storage=filesystem")
+    )
+    assert validation_errors(list(objects.values())) == []
+    web = objects[("Deployment", "bench-web")]
+    assert volumes(web)["samples"]["persistentVolumeClaim"] == {"claimName": "unused-in-s3"}
+    affinity = web["spec"]["template"]["spec"]["affinity"]
+    assert set(affinity) == {"podAntiAffinity", "podAffinity"}  # the values' own, kept
+    (term,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    selector = web["spec"]["selector"]["matchLabels"]
+    assert term["labelSelector"]["matchLabels"] == {**selector, SAMPLES_LABEL: "true"}
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_s3_samples_render_settings_and_keep_the_keys_in_the_secret(helm):
+    objects = index(render_chart(helm, *S3_VALUES))
+    assert validation_errors(list(objects.values())) == []
+    config = objects[("ConfigMap", "servebench")]["data"]
+    samples = {k: v for k, v in config.items() if "SAMPLES" in k or "S3" in k}
+    assert samples == {
+        "SERVEBENCH_SAMPLES_STORAGE": "s3",
+        "SERVEBENCH_S3_BUCKET": "bench-samples",
+        "SERVEBENCH_S3_ENDPOINT_URL": "https://minio.example.com:9000",
+        "SERVEBENCH_S3_REGION": "eu-west-1",
+        "SERVEBENCH_S3_PREFIX": "servebench/prod",
+    }
+    # The keys are in the Secrets (the release's and the migration hook's copy), never in
+    # the settings that the ConfigMap and the hook's plain env carry.
+    migrate_env = container(objects[("Job", "servebench-migrate")])["env"]
+    plain = json.dumps([config, migrate_env])
+    assert "AKIAEXAMPLEKEYID" not in plain and "example/secret" not in plain
+    assert "AWS_" not in plain
+    for name in ("servebench", "servebench-migrations"):
+        data = objects[("Secret", name)]["data"]
+        assert base64.b64decode(data["AWS_ACCESS_KEY_ID"]).decode() == "AKIAEXAMPLEKEYID"
+        assert base64.b64decode(data["AWS_SECRET_ACCESS_KEY"]).decode() == (
+            "example/secret+access/key"
+        )
+    # No volume, no one-node rule.
+    assert not [key for key in objects if key[0] == "PersistentVolumeClaim"]
+    web = objects[("Deployment", "servebench-web")]
+    assert set(volumes(web)) == {"tmp"}
+    assert "affinity" not in web["spec"]["template"]["spec"]
+    assert SAMPLES_LABEL not in web["spec"]["template"]["metadata"]["labels"]
+
+    # Rotating a key rolls the pods; without keys the Secret has none (the pods' role).
+    def annotations(*args: str) -> dict[str, str]:
+        doc = index(render_chart(helm, *args))[("Deployment", "servebench-web")]
+        return doc["spec"]["template"]["metadata"]["annotations"]
+
+    rotated = annotations(*S3_VALUES, "--set", "secrets.awsSecretAccessKey=rotated")
+    assert rotated["checksum/secret"] != annotations(*S3_VALUES)["checksum/secret"]
+    role_only = index(render_chart(helm, *S3_VALUES[:10]))
+    assert not [k for k in role_only[("Secret", "servebench")]["data"] if k.startswith("AWS_")]
+
+
+SAMPLES_CODE = """
+import json, django
+django.setup()
+from django.conf import settings
+from django.core.files.storage import storages
+store = storages["samples"]
+names = ("location", "bucket_name", "endpoint_url", "region_name", "access_key", "secret_key")
+print(json.dumps({"kind": settings.SERVEBENCH_SAMPLES_STORAGE,
+                  "backend": type(store).__module__ + "." + type(store).__name__,
+                  **{n: getattr(store, n) for n in names if hasattr(store, n)}}))
+"""
+
+
+def test_the_samples_values_are_settings_the_portal_accepts(helm):
+    """portal/settings.py, in a fresh process, builds the 'samples' storage from the
+    rendered ConfigMap (and, for S3, the Secret's keys as envFrom would give them)."""
+    default = index(render_chart(helm))
+    web = default[("Deployment", "servebench-web")]
+    out = run_with_settings(default[("ConfigMap", "servebench")]["data"], SAMPLES_CODE)
+    assert out["kind"] == "filesystem"
+    assert out["backend"] == "django.core.files.storage.filesystem.FileSystemStorage"
+    assert out["location"] == mounts(web)["samples"]
+
+    s3 = index(render_chart(helm, *S3_VALUES))
+    secret = {
+        k: base64.b64decode(v).decode()
+        for k, v in s3[("Secret", "servebench")]["data"].items()
+        if k.startswith("AWS_")
+    }
+    out = run_with_settings(s3[("ConfigMap", "servebench")]["data"], SAMPLES_CODE, **secret)
+    assert out == {
+        "kind": "s3",
+        "backend": "storages.backends.s3.S3Storage",
+        "location": "servebench/prod",
+        "bucket_name": "bench-samples",
+        "endpoint_url": "https://minio.example.com:9000",
+        "region_name": "eu-west-1",
+        "access_key": "AKIAEXAMPLEKEYID",
+        "secret_key": "example/secret+access/key",
+    }
+
+    # The pods' role: no keys at all (an existingSecret without the AWS_* keys).
+    everything = index(render_chart(helm, "-f", str(VALUES_EVERYTHING)))
+    out = run_with_settings(everything[("ConfigMap", "bench")]["data"], SAMPLES_CODE)
+    assert out["bucket_name"] == "servebench-samples" and out["location"] == "servebench/prod"
+    assert out["access_key"] is None and out["secret_key"] is None

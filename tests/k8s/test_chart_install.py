@@ -22,6 +22,7 @@ from k8s_support import (
     CHART,
     CHART_NAMESPACE,
     CHART_RELEASE,
+    GPU_TYPE,
     KUSTOMIZE,
     REPO,
     create_namespace,
@@ -159,11 +160,13 @@ def test_the_charts_role_is_enough_to_run_a_benchmark_and_no_more(
     settings.SERVEBENCH_K8S_KUBECONFIG = portal_config
     settings.SERVEBENCH_K8S_NAMESPACE = CHART_NAMESPACE
     settings.SERVEBENCH_K8S_RUNNER_IMAGE = RUNNER_IMAGE
+    settings.SERVEBENCH_GPU_TYPES = [GPU_TYPE]
     run = make_run(spec=gpu_spec())
     assert dispatcher.dispatch_run(run.pk) == "submitted"
     run.refresh_from_db()
     executor = get_executor("kubernetes")
-    assert executor.submit(run, "sb_run_again") == run.executor_handle  # get + patch Secret
+    submitted = {k: v for k, v in run.executor_handle.items() if k != "attempts"}
+    assert executor.submit(run, "sb_run_again") == submitted  # get + patch Secret
     pod = kubelet_admin.pod_of(run.executor_handle["job"])
     kubelet_admin.running(pod)
     assert executor.status(run.executor_handle).state == ExecutorState.RUNNING
@@ -219,6 +222,6 @@ def test_the_manifests_pass_a_server_side_dry_run(kubectl, control_plane, kube_a
         "apply", "--dry-run=server", "-k", str(KUSTOMIZE),
     ])  # fmt: skip
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 9 and all(line.endswith("(server dry run)") for line in lines), lines
+    assert len(lines) == 10 and all(line.endswith("(server dry run)") for line in lines), lines
     # Nothing was really created.
     assert client.AppsV1Api(kube_api).list_namespaced_deployment("servebench").items == []

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
-from k8s_support import free_port, gpu_spec, secret_value, wait_for
+from k8s_support import GPU_TYPE, free_port, gpu_spec, secret_value, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -44,6 +44,8 @@ def k8s(settings: Any, control_plane: Any, namespace: str) -> Any:
     settings.SERVEBENCH_K8S_NAMESPACE = namespace
     settings.SERVEBENCH_K8S_RUNNER_IMAGE = IMAGE
     settings.SERVEBENCH_K8S_NODE_SELECTOR = {"servebench.dev/pool": "gpu"}
+    settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS = ["zone", "servebench.dev/zone"]
+    settings.SERVEBENCH_GPU_TYPES = [GPU_TYPE, "NVIDIA-A100-SXM4-80GB"]
     settings.SERVEBENCH_K8S_TOLERATIONS = [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -95,6 +97,36 @@ def post_event(token: str, run: Run, body: dict[str, Any]) -> Any:
     )
 
 
+def post_all_measurements(token: str, run: Run) -> None:
+    """What a runner posts before ``finished: succeeded``: every measurement of its spec."""
+    from runners import spec as rs
+    from runners.vllm_bench import point_info
+
+    spec = rs.parse_spec(run.spec)
+    items = [(b.name, b.kind, rs.hf_point(spec, b)) for b in spec.hf_backends]
+    items += [(b.name, b.kind, p) for b in spec.vllm_backends for p in spec.points()]
+    runner = Client(headers={"Authorization": f"Bearer {token}"})
+    for repeat in range(spec.repeats):
+        for name, kind, point in items:
+            body = {
+                "backend": name,
+                "backend_kind": kind,
+                "point": point_info(point).model_dump(mode="json"),
+                "repeat": repeat,
+                "status": "succeeded",
+                "metrics": {"output_throughput": 100.0, "completed": point.num_prompts},
+                "started_at": "2026-11-30T06:00:00.000+00:00",
+                "finished_at": "2026-11-30T06:00:05.000+00:00",
+                "duration_s": 5.0,
+            }
+            response = runner.post(
+                f"/api/v1/runner/runs/{run.public_id}/measurements",
+                json.dumps(body),
+                content_type="application/json",
+            )
+            assert response.status_code == 201, response.content
+
+
 # --------------------------------------------------------------------------- submit
 
 
@@ -121,7 +153,7 @@ def test_dispatch_creates_a_job_that_the_api_server_accepts(k8s, make_run, kube_
     assert pod["nodeSelector"] == {
         "servebench.dev/pool": "gpu",
         "zone": "a",
-        "nvidia.com/gpu.product": "H100-80GB",
+        "nvidia.com/gpu.product": GPU_TYPE,
     }
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -171,7 +203,7 @@ def test_dispatch_creates_a_job_that_the_api_server_accepts(k8s, make_run, kube_
     (owner,) = secret.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid) == ("Job", handle["job"], job.metadata.uid)
     spec_json = json.loads(secret_value(kube_api, handle["namespace"], handle["job"], "spec.json"))
-    assert spec_json["resources"]["gpu_type"] == "H100-80GB"
+    assert spec_json["resources"]["gpu_type"] == GPU_TYPE
     token = secret_value(kube_api, handle["namespace"], handle["job"], "run-token")
     assert token.startswith("sb_run_")
     assert token not in json.dumps(manifest)  # never in args or a literal env value
@@ -192,7 +224,7 @@ def test_a_duplicate_dispatch_does_not_create_a_second_job(k8s, make_run, kube_a
     # A retried submit (the first answer was lost): the same Job, adopted; its Secret gets
     # the new token because the earlier attempt's was revoked.
     again = get_executor("kubernetes").submit(run, "sb_run_second-attempt")
-    assert again == run.executor_handle
+    assert again == {k: v for k, v in run.executor_handle.items() if k != "attempts"}
     jobs = client.BatchV1Api(kube_api).list_namespaced_job(
         namespace, label_selector=f"servebench.dev/run={run.public_id}"
     )
@@ -215,6 +247,7 @@ def test_a_run_moves_with_its_pod_and_succeeds(k8s, make_run, kube_api, kubelet)
     kubelet.terminated(pod, 0, reason="Completed")
     assert kubelet.job_condition(name).type == "Complete"
     assert status_of(run).state == ExecutorState.SUCCEEDED
+    post_all_measurements(token, run)
     assert post_event(token, run, {"type": "finished", "status": "succeeded"}).status_code == 200
     assert reconciled(run).status == RunStatus.SUCCEEDED
 
@@ -498,10 +531,11 @@ def test_a_run_that_cannot_become_a_job_fails_with_a_reason(k8s, make_run, chang
     ), run.failure_reason
 
 
-def test_an_unreachable_api_server_puts_the_run_back_in_the_queue(
-    k8s, make_run, tmp_path, control_plane, namespace
+def test_an_unreachable_api_server_keeps_the_claim_and_the_retry_starts_it(
+    k8s, make_run, tmp_path, control_plane, namespace, kube_api
 ):
     port = free_port()  # nothing listens there
+    reachable = k8s.SERVEBENCH_K8S_KUBECONFIG
     k8s.SERVEBENCH_K8S_KUBECONFIG = control_plane.kubeconfig_for(
         tmp_path / "kubeconfig", f"https://127.0.0.1:{port}", namespace
     )
@@ -511,7 +545,16 @@ def test_an_unreachable_api_server_puts_the_run_back_in_the_queue(
     assert f"the Kubernetes API (https://127.0.0.1:{port}, kubeconfig " in str(info.value)
     assert "did not answer create Job" in str(info.value) and "after 2 attempts" in str(info.value)
     run.refresh_from_db()
-    assert run.status == RunStatus.QUEUED  # dispatch retries later
+    # Claimed with its Job's name, never created: the task's retry (or reconcile) starts it.
+    assert run.status == RunStatus.DISPATCHED
+    assert run.executor_handle["job"] == kubejob.job_name(run.public_id)
+    assert "uid" not in run.executor_handle
+    k8s.SERVEBENCH_K8S_KUBECONFIG = reachable
+    assert status_of(run).state == ExecutorState.NOT_STARTED
+    assert dispatcher.dispatch_run(run.pk) == "submitted"
+    run.refresh_from_db()
+    assert run.executor_handle["uid"] == job_of(kube_api, run).metadata.uid
+    assert run.executor_handle["attempts"] == 2
 
 
 class FlakyProxy(ThreadingHTTPServer):

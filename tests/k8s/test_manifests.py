@@ -41,6 +41,7 @@ def test_the_manifests_build_and_validate(kubectl):
         ("Deployment", "servebench-worker"),
         ("Deployment", "servebench-beat"),
         ("Job", "servebench-migrate"),
+        ("PersistentVolumeClaim", "servebench-samples"),
     }
 
 

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from k8s_support import gpu_spec, wait_for
+from k8s_support import GPU_TYPE, gpu_spec, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -35,7 +35,8 @@ def handle_of(run: Run) -> dict[str, Any]:
         run.refresh_from_db()
         if run.status == RunStatus.FAILED:
             raise AssertionError(f"dispatch failed: {run.failure_reason}")
-        return run.executor_handle
+        # The claim stores the Job's name; the uid arrives once the Job exists.
+        return run.executor_handle if "uid" in (run.executor_handle or {}) else None
 
     return wait_for(ready, 60, "the worker to submit the Job")
 
@@ -49,9 +50,12 @@ def test_a_worker_submits_jobs_and_beat_reconciles_them(
         "SERVEBENCH_K8S_NAMESPACE": namespace,
         "SERVEBENCH_K8S_RUNNER_IMAGE": IMAGE,
     }
-    worker = celery_worker(beat=True, reconcile_seconds=1, extra_env=deployment)
+    worker = celery_worker(
+        beat=True, reconcile_seconds=1, extra_env={**deployment, "SERVEBENCH_GPU_TYPES": GPU_TYPE}
+    )
     for key, value in deployment.items():  # this process serves the API (logs)
         setattr(settings, key, value)
+    settings.SERVEBENCH_GPU_TYPES = [GPU_TYPE]
     owner = personas["owner"]
 
     # 1. The runner exits 2 without reporting: beat's reconcile fails the run with the code.

@@ -43,6 +43,9 @@ def _prepare_environment() -> None:
     data_dir = Path(tempfile.gettempdir()) / f"servebench-test-{_SESSION}"
     os.environ.setdefault("SERVEBENCH_DATA_DIR", str(data_dir))
     os.environ.setdefault("SERVEBENCH_PUBLIC_URL", "http://testserver")
+    # Local model directories a spec may name: where the tiny test model is built.
+    cache = os.environ.get("SERVEBENCH_CACHE") or str(Path.home() / ".cache" / "servebench")
+    os.environ.setdefault("SERVEBENCH_MODEL_ROOTS", cache)
     os.environ.setdefault("SERVEBENCH_STOP_GRACE_SECONDS", "3")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")

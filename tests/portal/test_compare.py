@@ -75,13 +75,42 @@ def test_metrics_per_point_are_relative_to_the_baseline(make_user: Any) -> None:
     assert row.deltas[0] is None
     assert row.deltas[1] == pytest.approx(row.values[1] / row.values[0] - 1)
     assert row.deltas[1] == pytest.approx(1.0, abs=0.1)  # twice the peak
-    assert row.verdicts == ["", "better"]
-    ttft = rows[("concurrency:max_concurrency=4", "p99_ttft_ms")]
-    assert ttft.verdicts[1] in ("", "better", "worse")
+    # The fast run swept one more point: another series, so nothing is judged.
+    assert not comparison.columns[1].comparable
+    assert [str(d) for d in comparison.columns[1].differences] == [
+        "points[concurrency:max_concurrency=64]: — vs present"
+    ]
+    assert row.verdicts == ["", ""] and row.judgements[1].verdict == "not comparable"
     only_fast = rows[("concurrency:max_concurrency=64", "output_throughput")]
     assert only_fast.values[0] is None and only_fast.deltas == [None, None]
     assert comparison.headline()[1] == pytest.approx(1.0, abs=0.1)
     assert rows[("baseline", "output_throughput")].point.backend == "hf-sequential"
+
+
+def test_only_what_the_engine_calls_worse_or_better_is_coloured(make_user: Any) -> None:
+    owner = make_user("alice")
+    slow = webdata.make_sweep_run(owner, [1, 4], peak=1000, seed=3)
+    fast = webdata.make_sweep_run(owner, [1, 4], peak=2000, seed=3)
+    comparison = cmp.compare(owner, [slow.public_id, fast.public_id], slow.public_id)
+    assert comparison.columns[1].comparable
+    rows = {(r.point.point_key, r.metric.key): r for r in comparison.rows}
+    row = rows[("concurrency:max_concurrency=4", "output_throughput")]
+    # Twice the throughput, but one repeat each and no history: the run-to-run noise is
+    # not measured, so it is not coloured (and could not fail a build).
+    assert row.verdicts == ["", ""]
+    assert row.judgements[0] is None and row.judgements[1].verdict == "noise not measured"
+    facts = rows[("concurrency:max_concurrency=4", "kv_cache_usage_peak")]
+    assert facts.judgements == [None, None]  # not a score: never judged, never coloured
+    # With repeats the noise is measured: the same doubling is "better", coloured. (Bob's
+    # runs: alice's two runs above are a history of this series that varied twofold.)
+    bob = make_user("bob")
+    slow3 = webdata.make_sweep_run(bob, [1, 4], peak=1000, seed=3, repeats=3)
+    fast3 = webdata.make_sweep_run(bob, [1, 4], peak=2000, seed=4, repeats=3)
+    comparison = cmp.compare(bob, [slow3.public_id, fast3.public_id], slow3.public_id)
+    rows = {(r.point.point_key, r.metric.key): r for r in comparison.rows}
+    row = rows[("concurrency:max_concurrency=4", "output_throughput")]
+    assert row.verdicts == ["", "better"] and row.judgements[1].noise == "repeats"
+    assert comparison.counts(1)["better"] >= 1 and comparison.counts(0) == {}
 
 
 def test_compare_reads_a_fixed_number_of_queries(make_user: Any) -> None:
@@ -97,7 +126,9 @@ def test_compare_reads_a_fixed_number_of_queries(make_user: Any) -> None:
         with CaptureQueriesContext(connection) as ctx:
             cmp.compare(owner, ids, ids[0])
         counts.append(len(ctx.captured_queries))
-    assert counts[0] + 1 == counts[1] <= 4  # +1: the per-request arrays for goodput
+    # runs, measurements, environments, goodput arrays (with an SLO), the series' earlier
+    # runs and their values (history), the samples of changes beyond the threshold.
+    assert counts[0] <= 6 and counts[1] <= 7, counts
 
 
 def test_a_run_you_cannot_see_makes_the_whole_comparison_404(make_user: Any) -> None:

@@ -6,12 +6,15 @@ handle a runner that crashes, hangs or vanishes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
+import psutil
 import pytest
 from django.conf import settings
 from django.utils import timezone
@@ -65,6 +68,14 @@ def wait_ended(run: Run, timeout: float = 20):
     raise AssertionError("the stand-in did not end")
 
 
+def wait_state(run: Run, state: ExecutorState, timeout: float = 20) -> None:
+    executor = get_executor(run.executor)
+    deadline = time.monotonic() + timeout
+    while executor.status(run.executor_handle).state != state:
+        assert time.monotonic() < deadline, executor.status(run.executor_handle)
+        time.sleep(0.05)
+
+
 def test_dispatch_claims_issues_a_run_token_and_submits(make_run, stand_in):
     stand_in("time.sleep(600)")
     run = make_run()
@@ -74,7 +85,11 @@ def test_dispatch_claims_issues_a_run_token_and_submits(make_run, stand_in):
     assert run.executor == "local"
     assert run.dispatched_at and run.deadline
     assert run.deadline - run.dispatched_at == timedelta(minutes=10)
-    assert get_executor("local").status(run.executor_handle).state == ExecutorState.RUNNING
+    assert run.holds_slot
+    executor = get_executor("local")
+    assert run.executor_handle["workdir"] == executor.handle_for(run)["workdir"]
+    assert run.executor_handle["attempts"] == 1
+    wait_state(run, ExecutorState.RUNNING)
     token = ApiToken.objects.get(run=run)
     assert token.kind == ApiToken.Kind.RUN and token.expires_at > run.deadline
 
@@ -134,17 +149,18 @@ def test_reconcile_fails_a_run_whose_runner_crashed_with_code_and_log(make_run, 
 
 
 def test_reconcile_fails_a_killed_runner(make_run, stand_in):
-    stand_in("print(os.getpid(), flush=True)\ntime.sleep(600)")
+    stand_in("time.sleep(600)")
     run = make_run()
     dispatcher.dispatch_run(run.pk)
     run.refresh_from_db()
     assert dispatcher.reconcile().lost == []  # alive: nothing to do
-    executor = get_executor("local")
+    wait_state(run, ExecutorState.RUNNING)
+    started = json.loads(Path(run.executor_handle["workdir"], "supervisor.json").read_text())
     deadline = time.monotonic() + 10
-    while len(executor.logs(run.executor_handle).splitlines()) < 2:
+    while not psutil.Process(started["pid"]).children():
         assert time.monotonic() < deadline
-        time.sleep(0.1)
-    os.kill(int(executor.logs(run.executor_handle).splitlines()[-1]), signal.SIGKILL)
+        time.sleep(0.05)
+    psutil.Process(started["pid"]).children()[0].send_signal(signal.SIGKILL)  # OOM killer
     wait_ended(run)
     dispatcher.reconcile()
     run.refresh_from_db()
@@ -159,12 +175,13 @@ def test_reconcile_calls_a_vanished_runner_lost(make_run, stand_in):
     run = make_run()
     dispatcher.dispatch_run(run.pk)
     run.refresh_from_db()
-    os.killpg(run.executor_handle["pgid"], signal.SIGKILL)  # supervisor and all
+    wait_state(run, ExecutorState.RUNNING)
+    os.killpg(os.getpgid(run.executor_handle["pid"]), signal.SIGKILL)  # supervisor and all
     wait_ended(run)
     dispatcher.reconcile()
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
-    assert run.failure_reason.startswith("runner lost: the runner process is gone")
+    assert run.failure_reason.startswith("runner lost: the runner's supervisor was killed")
 
 
 def test_reconcile_leaves_a_run_that_reported_its_end(make_run, stand_in):
@@ -175,11 +192,12 @@ def test_reconcile_leaves_a_run_that_reported_its_end(make_run, stand_in):
     dispatcher.dispatch_run(run.pk)
     run.refresh_from_db()
     services.ingest_event(run, Event(type="started", total=3))
-    services.ingest_event(run, Event(type="finished", status="succeeded"))
+    services.ingest_event(run, Event(type="failed", message="no GPU memory left"))
     wait_ended(run)
     assert dispatcher.reconcile().lost == []
     run.refresh_from_db()
-    assert run.status == RunStatus.SUCCEEDED
+    assert run.status == RunStatus.FAILED
+    assert run.failure_reason == "no GPU memory left"  # the runner's words, not "lost"
 
 
 def test_reconcile_fails_a_clean_exit_that_never_reported(make_run, stand_in):
@@ -221,12 +239,74 @@ def test_reconcile_resends_dispatch_of_a_stale_queued_run(make_run):
     assert dispatcher.reconcile().redispatched == []  # not again next period
 
 
-def test_reconcile_fails_a_claim_that_never_submitted(make_run):
-    run = make_run(status=RunStatus.DISPATCHED, dispatched_at=timezone.now() - timedelta(hours=1))
+def claimed_never_started(make_run) -> Run:
+    """A run as a worker leaves it when it dies between the claim and the start."""
+    run = make_run()
+    executor = get_executor("local")
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.DISPATCHED,
+        dispatched_at=timezone.now() - timedelta(hours=1),
+        deadline=timezone.now() + timedelta(minutes=10),
+        executor="local",
+        executor_handle=executor.handle_for(run),
+        holds_slot=True,
+    )
+    run.refresh_from_db()
+    return run
+
+
+def test_reconcile_starts_a_claim_that_never_started(make_run, stand_in):
+    stand_in("time.sleep(600)")
+    run = claimed_never_started(make_run)
+    assert get_executor("local").status(run.executor_handle).state == ExecutorState.NOT_STARTED
+    report = dispatcher.reconcile()
+    assert report.started == [run.public_id] and report.lost == []
+    run.refresh_from_db()
+    assert run.status == RunStatus.DISPATCHED and run.executor_handle["attempts"] == 1
+    wait_state(run, ExecutorState.RUNNING)
+    assert dispatcher.reconcile().started == []  # started once
+
+
+def test_a_redelivered_dispatch_starts_a_claim_that_never_started(make_run, stand_in):
+    stand_in("time.sleep(600)")
+    run = claimed_never_started(make_run)
+    assert dispatcher.dispatch_run(run.pk) == "submitted"
+    run.refresh_from_db()
+    wait_state(run, ExecutorState.RUNNING)
+    assert dispatcher.dispatch_run(run.pk) == "not-queued"
+
+
+def test_a_run_that_never_starts_fails_after_its_attempts_with_the_log(make_run, stand_in):
+    stand_in("time.sleep(600)")
+    run = claimed_never_started(make_run)
+    # Every start "happens" but leaves nothing behind, as if unshare failed each time.
+    Run.objects.filter(pk=run.pk).update(
+        executor_handle={**run.executor_handle, "attempts": dispatcher.MAX_START_ATTEMPTS}
+    )
+    dispatcher.reconcile()
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert f"could not start the runner in {dispatcher.MAX_START_ATTEMPTS} attempts" in (
+        run.failure_reason
+    )
+
+
+def test_reconcile_finds_a_running_run_without_a_handle(make_run, stand_in):
+    # An older row (or any gap): the handle is derived from the run id; the runner that
+    # reported "started" is nowhere, so the run fails now, not at its deadline.
+    run = make_run()
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING,
+        executor="local",
+        executor_handle=None,
+        dispatched_at=timezone.now(),
+        deadline=timezone.now() + timedelta(hours=3),
+    )
     report = dispatcher.reconcile()
     assert report.lost == [run.public_id]
     run.refresh_from_db()
-    assert "dispatch did not complete" in run.failure_reason
+    assert run.status == RunStatus.FAILED
+    assert run.failure_reason.startswith("runner lost: no runner was started")
 
 
 def test_reconcile_stops_a_cancelled_runs_runner(make_run, stand_in):

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from localruns import runner_process_of
 
 from portal.benchmarks.models import Measurement, Run, RunStatus
 
@@ -42,10 +43,7 @@ def run_of(public_id: str) -> Run:
 
 def runner_process(run: Run) -> psutil.Process:
     """The runner itself: the child of the supervisor the executor started."""
-    supervisor = psutil.Process(run.executor_handle["pid"])
-    children = supervisor.children()
-    assert children, "the supervisor has no runner child"
-    return children[0]
+    return runner_process_of(run.executor_handle)
 
 
 def test_api_submit_is_dispatched_by_a_worker_and_the_runner_reports_back(
@@ -119,3 +117,18 @@ def test_a_killed_runner_fails_within_one_reconcile_period(
     )
     # One period, plus the time the beat tick and the worker take to get to it.
     assert elapsed < period + 2.5, f"reconcile took {elapsed:.1f} s with a {period} s period"
+
+
+def test_a_measurement_the_portal_cannot_store_fails_the_run(
+    personas, tiny_model, live_server, celery_worker, waiter, settings
+):
+    # The portal refuses the HF measurement (413: above the measurement size limit). The
+    # runner keeps it in its result file, and the run fails saying so, never "succeeded".
+    settings.SERVEBENCH_MAX_MEASUREMENT_BYTES = 2_000
+    celery_worker(public_url=live_server.url)
+    public_id = submit(personas["owner"].client, hf_spec(str(tiny_model)))
+    run = waiter(lambda: (r := run_of(public_id)).is_final and r, 180, "the run to end")
+    assert run.status == RunStatus.FAILED, run.failure_reason
+    assert run.failure_reason.startswith("the portal could not store 1 measurement(s)")
+    assert "413" in run.failure_reason and "result file" in run.failure_reason
+    assert not Measurement.objects.filter(run=run).exists()

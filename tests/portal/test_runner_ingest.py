@@ -73,8 +73,10 @@ def test_a_repeated_measurement_is_stored_once(runner, measurement):
     assert again.status_code == 200 and again.json() == {"ok": True, "created": False}
     assert Measurement.objects.filter(run=run).count() == 1
     assert Measurement.objects.get(run=run).output_throughput == 56.0
-    assert post(client, run, "measurements", measurement(repeat=1)).status_code == 201
-    assert post(client, run, "measurements", measurement(backend="vllm-b")).status_code == 201
+    other_point = measurement(point_key="concurrency:max_concurrency=4")
+    assert post(client, run, "measurements", other_point).status_code == 201
+    baseline = measurement(backend="hf-sequential", point_key="baseline")
+    assert post(client, run, "measurements", baseline).status_code == 201
     assert Measurement.objects.filter(run=run).count() == 3
 
 
@@ -100,6 +102,12 @@ def test_the_event_sequence_drives_the_run(runner, measurement):
     assert environment.torch_version == "2.13.0"
     assert (environment.gpu_name, environment.gpu_count, environment.driver) == ("CPU", 0, "")
     assert (run.gpu_name, run.gpu_count) == ("CPU", 0)
+    # The other two measurements of the spec (HF baseline, concurrency 4).
+    for body in (
+        measurement(backend="hf-sequential", point_key="baseline"),
+        measurement(point_key="concurrency:max_concurrency=4"),
+    ):
+        assert post(client, run, "measurements", body).status_code == 201, body
     finished = {
         "type": "finished",
         "status": "succeeded",
@@ -125,13 +133,27 @@ def test_reports_after_the_run_ended_get_409_so_the_runner_stops(runner, measure
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "run_finished"
         assert response.json()["run_status"] == "cancelled"
-    assert post(client, run, "measurements", measurement(repeat=5)).status_code == 409
+    other_point = measurement(point_key="concurrency:max_concurrency=4")
+    assert post(client, run, "measurements", other_point).status_code == 409
     # ...but a retry of a measurement it already delivered is still a harmless 200.
     assert post(client, run, "measurements", measurement()).status_code == 200
     finished = {"type": "finished", "status": "succeeded"}
     assert post(client, run, "events", finished).status_code == 409
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_a_success_missing_measurements_fails_the_run(runner, measurement):
+    # A runner that says "succeeded" while a measurement never reached the portal (a
+    # refused report, a lost one): the run must not look complete anywhere.
+    run, client = runner()
+    post(client, run, "events", {"type": "started", "total": 3})
+    assert post(client, run, "measurements", measurement()).status_code == 201
+    response = post(client, run, "events", {"type": "finished", "status": "succeeded"})
+    assert response.json()["run_status"] == "failed"
+    run.refresh_from_db()
+    assert run.outcome == "partial"
+    assert "only 1 of 3 measurements reached the portal" in run.failure_reason
 
 
 def test_a_partial_finish_fails_the_run_listing_the_failed_points(runner, measurement):

@@ -25,9 +25,12 @@ def signed_in(user: Any) -> Client:
 
 
 @pytest.fixture
-def finished_run(make_run: Any, make_user: Any) -> Run:
+def finished_run(make_run: Any, make_user: Any, spec_dict: Any) -> Run:
     owner = make_user("alice")
-    run = make_run(owner=owner, status=RunStatus.RUNNING)
+    sweeps = [{"name": "concurrency", "axis": "max_concurrency", "values": [4, 8]}]
+    workload = {"input_len": 128, "output_len": 32, "num_prompts": 32, "num_warmups": 0}
+    spec = spec_dict(sweeps=sweeps, workload=workload, model={"id": "org/tiny-model"})
+    run = make_run(owner=owner, spec=spec, status=RunStatus.RUNNING)
     services.ingest_measurement(run, webdata.hf_measurement())
     for value, recording in ((4, webdata.RECORDED_C4), (8, webdata.RECORDED_C8)):
         data = webdata.recording(recording)

@@ -15,8 +15,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from portal.benchmarks import services
-from portal.benchmarks.models import Run, RunStatus
+from portal.benchmarks import samples, services
+from portal.benchmarks.models import Measurement, Run, RunStatus
+from runners import result as rr
 
 pytestmark = pytest.mark.django_db
 
@@ -42,16 +43,18 @@ def test_the_run_page_runs_the_same_number_of_queries_for_2_or_20_points(
     large = webdata.make_sweep_run(
         owner,
         [1, 2, 4, 8, 12, 16, 24, 32, 48, 64],
-        repeats=2,
         slo={"ttft_ms": 400},
         prompt_lengths=[128, 512, 1024, 2048, 3000],
         output_lengths=[32, 128, 256, 512],
     )
+    repeated = webdata.make_sweep_run(owner, [1, 2, 4, 8], repeats=2, slo={"ttft_ms": 400})
     client = signed_in(owner)
     _, n_small = page_queries(client, small.get_absolute_url())
     response, n_large = page_queries(client, large.get_absolute_url())
+    _, n_repeated = page_queries(client, repeated.get_absolute_url())
     assert n_small == n_large
-    assert n_large <= 10
+    assert n_large <= 11  # +1: the samples of points measured once (request-level noise)
+    assert n_repeated <= n_large  # repeats give their spread without reading samples
     assert len(response.context["results"].points) == 1 + 10 + 5 + 4
 
 
@@ -269,37 +272,46 @@ def test_a_rerun_submits_the_same_spec_and_says_whether_it_reproduced(
     rerun = Run.objects.exclude(pk=original.pk).get(owner=owner, name__startswith="Re-run")
     assert response["Location"] == rerun.get_absolute_url()
     assert rerun.spec == original.spec and rerun.name == f"Re-run of {original.public_id}"
-    # The runner reports on the same GPU: same fingerprint; results within the spread.
+    # The runner reports on the same GPU (same fingerprint) and measures what the
+    # original's first repeat did: within the original's spread.
     Run.objects.filter(pk=rerun.pk).update(status=RunStatus.RUNNING)
     services.store_environment(rerun, webdata.snapshot(), "f" * 64)
-    base = webdata.recording()
-    orig_points = {
-        p.point_key: p for p in client.get(original.get_absolute_url()).context["results"].points
-    }
-    for c in (1, 4, 16):
-        data = json.loads(json.dumps(base))
-        target = orig_points[f"concurrency:max_concurrency={c}"].get("output_throughput")
-        factor = target / data["output_throughput"]
-        for key in ("request_throughput", "output_throughput", "total_token_throughput"):
-            data[key] *= factor
-        services.ingest_measurement(
-            rerun, webdata.vllm_measurement("concurrency", "max_concurrency", c, data)
-        )
+    first = Measurement.objects.filter(run=original, repeat=0, backend_kind="vllm")
+    arrays = samples.details(first)  # the per-request arrays, wherever they are stored
+    for row in first:
+        doc = services.measurement_document(row, arrays[row.pk])
+        services.ingest_measurement(rerun, rr.Measurement.model_validate(doc))
     page = client.get(rerun.get_absolute_url())
     verdict = page.context["verdict"]
     assert verdict.comparable and verdict.reproduced is True, verdict.summary
-    assert "Reproduced" in page.content.decode()
+    assert "Reproduced" in page.content.decode() and 'id="rerun-checks"' in page.content.decode()
     assert rerun in client.get(original.get_absolute_url()).context["reruns"]
-    # A number far outside the spread is called out.
-    Run.objects.filter(pk=rerun.pk).update(status=RunStatus.RUNNING)
-    data = json.loads(json.dumps(base))
-    for key in ("request_throughput", "output_throughput", "total_token_throughput"):
-        data[key] *= 0.1
-    services.ingest_measurement(
-        rerun, webdata.vllm_measurement("concurrency", "max_concurrency", 4, data, repeat=1)
-    )
-    verdict = client.get(rerun.get_absolute_url()).context["verdict"]
-    assert verdict.reproduced is False and "vllm max_concurrency=4" in verdict.summary
+    # A second re-run, twice as slow at concurrency 4, is called out with the engine's words.
+    client.post(f"/runs/{original.public_id}/rerun/")
+    slow = Run.objects.filter(owner=owner).latest("created_at", "id")
+    Run.objects.filter(pk=slow.pk).update(status=RunStatus.RUNNING)
+    services.store_environment(slow, webdata.snapshot(), "f" * 64)
+    for row in first:
+        doc = services.measurement_document(row, arrays[row.pk])
+        if row.point_key.endswith("=4"):
+            _scale(doc, 2.0)
+        services.ingest_measurement(slow, rr.Measurement.model_validate(doc))
+    verdict = client.get(slow.get_absolute_url()).context["verdict"]
+    assert verdict.reproduced is False, verdict.summary
+    assert "vllm concurrency 4" in verdict.summary and "worse" in verdict.summary
+    assert all(c.point_key.endswith("=4") for c in verdict.checks if c.verdict == "worse")
+
+
+def _scale(doc: dict[str, Any], factor: float) -> None:
+    """A measurement document made ``factor`` times slower: latencies up, throughput down."""
+    for key, value in list(doc["metrics"].items()):
+        if key.endswith("_ms"):
+            doc["metrics"][key] = value * factor
+        elif key.endswith("throughput"):
+            doc["metrics"][key] = value / factor
+    for key in ("ttfts", "latencies"):
+        doc["detail"][key] = [x * factor for x in doc["detail"][key]]
+    doc["detail"]["itls"] = [[x * factor for x in row] for row in doc["detail"]["itls"]]
 
 
 def test_user_text_in_charts_is_escaped(make_user: Any) -> None:

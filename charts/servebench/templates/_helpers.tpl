@@ -97,6 +97,46 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
+{{/* The samples PVC's name (samples.storage filesystem), else empty. */}}
+{{- define "servebench.samplesClaim" -}}
+{{- if eq .Values.samples.storage "filesystem" }}
+{{- default (printf "%s-samples" (include "servebench.fullname" .)) .Values.samples.persistence.existingClaim }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the web pods must share one node: their samples volume is not ReadWriteMany,
+so a pod on another node could never attach it (and a rollout would hang on it).
+*/}}
+{{- define "servebench.webOnOneNode" -}}
+{{- if and (include "servebench.samplesClaim" .) (not (has "ReadWriteMany" .Values.samples.persistence.accessModes)) }}true{{ end }}
+{{- end }}
+
+{{/*
+The label of web pods that mount the samples volume: what the one-node rule follows, so
+that pods of a release from before the volume (on any node) do not count.
+*/}}
+{{- define "servebench.samplesPodLabel" -}}
+servebench.dev/samples-volume: "true"
+{{- end }}
+
+{{/* web.affinity, plus the podAffinity that keeps web pods on one node when they must. */}}
+{{- define "servebench.webAffinity" -}}
+{{- $affinity := deepCopy .Values.web.affinity }}
+{{- if include "servebench.webOnOneNode" . }}
+{{- $podAffinity := deepCopy (default dict $affinity.podAffinity) }}
+{{- $required := default list $podAffinity.requiredDuringSchedulingIgnoredDuringExecution }}
+{{- $selector := fromYaml (include "servebench.componentSelector" (list . "web")) }}
+{{- $selector = merge $selector (fromYaml (include "servebench.samplesPodLabel" .)) }}
+{{- $term := dict "labelSelector" (dict "matchLabels" $selector) "topologyKey" "kubernetes.io/hostname" }}
+{{- $_ := set $podAffinity "requiredDuringSchedulingIgnoredDuringExecution" (append $required $term) }}
+{{- $_ := set $affinity "podAffinity" $podAffinity }}
+{{- end }}
+{{- with $affinity }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
 {{/*
 The portal's settings (portal/settings.py) as a flat map: the ConfigMap's data, and the
 migration hook's env (a pre-install hook runs before the ConfigMap exists).
@@ -110,6 +150,15 @@ SERVEBENCH_LOG_LEVEL: {{ .Values.logLevel | quote }}
 SERVEBENCH_QUEUE: {{ .Values.queue | quote }}
 SERVEBENCH_HOME: "/tmp/servebench"
 SERVEBENCH_DATA_DIR: "/tmp/servebench/data"
+SERVEBENCH_SAMPLES_STORAGE: {{ .Values.samples.storage | quote }}
+{{- if eq .Values.samples.storage "s3" }}
+SERVEBENCH_S3_BUCKET: {{ .Values.samples.s3.bucket | quote }}
+SERVEBENCH_S3_ENDPOINT_URL: {{ .Values.samples.s3.endpointUrl | quote }}
+SERVEBENCH_S3_REGION: {{ .Values.samples.s3.region | quote }}
+SERVEBENCH_S3_PREFIX: {{ .Values.samples.s3.prefix | quote }}
+{{- else }}
+SERVEBENCH_SAMPLES_DIR: {{ .Values.samples.persistence.mountPath | quote }}
+{{- end }}
 SERVEBENCH_EXECUTOR: "kubernetes"
 SERVEBENCH_K8S_NAMESPACE: {{ include "servebench.runnerNamespace" . | quote }}
 SERVEBENCH_K8S_RUNNER_IMAGE: {{ include "servebench.runnerImage" . | quote }}
@@ -123,6 +172,10 @@ SERVEBENCH_K8S_CPU_REQUEST: {{ $runner.resources.cpu | quote }}
 SERVEBENCH_K8S_MEMORY_REQUEST: {{ $runner.resources.memory | quote }}
 SERVEBENCH_K8S_SHM_SIZE: {{ $runner.shmSize | quote }}
 SERVEBENCH_K8S_NODE_SELECTOR: {{ $runner.nodeSelector | toJson | quote }}
+SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS: {{ join "," $runner.allowedNodeSelectorKeys | quote }}
+SERVEBENCH_GPU_TYPES: {{ join "," $runner.gpu.types | quote }}
+SERVEBENCH_MODEL_ROOTS: {{ join "," $runner.modelRoots | quote }}
+SERVEBENCH_DATASET_ROOTS: {{ join "," $runner.datasetRoots | quote }}
 SERVEBENCH_K8S_TOLERATIONS: {{ $runner.tolerations | toJson | quote }}
 SERVEBENCH_K8S_AFFINITY: {{ $runner.affinity | toJson | quote }}
 SERVEBENCH_K8S_HF_CACHE_PVC: {{ include "servebench.hfCacheClaim" . | quote }}
@@ -160,6 +213,12 @@ REDIS_URL: {{ .Values.secrets.redisUrl | b64enc | quote }}
 {{- if .Values.secrets.tokenKey }}
 SERVEBENCH_TOKEN_KEY: {{ .Values.secrets.tokenKey | b64enc | quote }}
 {{- end }}
+{{- if .Values.secrets.awsAccessKeyId }}
+AWS_ACCESS_KEY_ID: {{ .Values.secrets.awsAccessKeyId | b64enc | quote }}
+{{- end }}
+{{- if .Values.secrets.awsSecretAccessKey }}
+AWS_SECRET_ACCESS_KEY: {{ .Values.secrets.awsSecretAccessKey | b64enc | quote }}
+{{- end }}
 {{- end }}
 
 {{/* Pod-level settings shared by the portal's pods. */}}
@@ -186,6 +245,8 @@ envFrom:
 {{- define "servebench.checksums" -}}
 checksum/config: {{ include "servebench.config" . | sha256sum }}
 {{- if not .Values.existingSecret }}
-checksum/secret: {{ printf "%s|%s|%s|%s" .Values.secrets.secretKey .Values.secrets.databaseUrl .Values.secrets.redisUrl .Values.secrets.tokenKey | sha256sum }}
+{{- with .Values.secrets }}
+checksum/secret: {{ printf "%s|%s|%s|%s|%s|%s" .secretKey .databaseUrl .redisUrl .tokenKey .awsAccessKeyId .awsSecretAccessKey | sha256sum }}
+{{- end }}
 {{- end }}
 {{- end }}

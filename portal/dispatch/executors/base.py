@@ -1,22 +1,32 @@
 """The executor interface: what dispatch and reconcile need from "somewhere to run".
 
 An executor starts one runner per run and can be asked about it later, from another
-process, with nothing but the JSON ``handle`` it returned (stored on the Run):
+process, with nothing but the JSON ``handle`` (stored on the Run):
 
+- ``handle_for(run) -> handle``: derived from the run id alone (a work dir, a Job name),
+  so dispatch stores it in the same update that claims the run. Whatever process dies
+  when, reconcile and cancel can find the runner.
 - ``submit(run, token) -> handle``: start ``python -m runners run SPEC --report URL`` with
   the run-scoped token in the environment (``SERVEBENCH_RUN_TOKEN``, never argv). Must
-  not wait for the benchmark. Raises ``ExecutorUnavailable`` for a transient problem
-  (dispatch retries) and ``ExecutorError`` for a permanent one (the run fails with it).
-- ``status(handle) -> ExecutorStatus``: ``pending`` (accepted, not started: pulling an
-  image, waiting for a GPU), ``running``, ``succeeded`` / ``failed`` (the runner process
-  ended with that exit status), or ``gone`` (nothing left to ask: the process or Job
-  vanished). ``reason`` says why in words; ``exit_code`` when known.
-- ``cancel(handle)``: stop it; idempotent, no error if it already ended.
+  not wait for the benchmark, and must be idempotent: when the runner of this run was
+  already started it starts nothing. Returns ``handle_for(run)`` plus what it learnt
+  (a pid, a Job uid). Raises ``ExecutorUnavailable`` for a transient problem (dispatch
+  retries) and ``ExecutorError`` for a permanent one (the run fails with it).
+- ``status(handle) -> ExecutorStatus``: ``not-started`` (nothing was ever started for
+  this handle: a worker died between the claim and the start), ``pending`` (accepted, not
+  running yet: pulling an image, waiting for a GPU), ``running``, ``succeeded`` /
+  ``failed`` (the runner process ended with that exit status), or ``gone`` (it was
+  started, and nothing is left to ask). ``reason`` says why in words; ``exit_code`` when
+  known.
+- ``cancel(handle)``: stop it and everything it started; idempotent.
 - ``logs(handle, tail) -> str``: the last ``tail`` lines of the runner's output.
+- ``slots``: how many runners may run at once (``None``: the executor's own scheduler
+  decides, as Kubernetes does with GPU requests).
 
 The portal's run status comes from the runner's own reports; the executor's state only
 matters when the runner ended without reporting (reconcile fails the run with the
-reason and the log tail) or the deadline passed (reconcile cancels it).
+reason and the log tail), was never started (dispatch starts it), or the deadline passed
+(reconcile cancels it).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ EXECUTORS = {
 
 
 class ExecutorState(enum.StrEnum):
+    NOT_STARTED = "not-started"
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -69,6 +80,10 @@ class ExecutorUnavailable(ExecutorError):
 
 class Executor(abc.ABC):
     name: ClassVar[str]
+    slots: int | None = None
+
+    @abc.abstractmethod
+    def handle_for(self, run: Run) -> Handle: ...
 
     @abc.abstractmethod
     def submit(self, run: Run, token: str) -> Handle: ...
@@ -81,6 +96,17 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def logs(self, handle: Handle, tail: int = 50) -> str: ...
+
+    def observe(self, handle: Handle) -> ExecutorStatus:
+        """``status`` without side effects, for readers (a GET must never change a Job):
+        the same answer, but nothing is stopped or annotated. Executors whose status
+        writes nothing need not override it."""
+        return self.status(handle)
+
+    def image_digest(self, handle: Handle) -> str:
+        """The digest of the image the runner runs in, as the container runtime reports
+        it (``sha256:...``); "" when unknown or not an image (the local executor)."""
+        return ""
 
 
 def get_executor(name: str | None = None) -> Executor:

@@ -30,6 +30,7 @@ Transient API errors are retried with backoff (``portal.dispatch.kubeapi``) and 
 from __future__ import annotations
 
 import logging
+import re
 import signal
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -73,6 +74,9 @@ RUNNER_EXIT_CODES = {
     130: "interrupted",
 }
 LOG_BYTES = 256 * 1024
+# The content digest in a container status' imageID ('repo@sha256:...', 'docker-pullable://
+# repo@sha256:...', or a bare 'sha256:...' for an image the node had locally).
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # Why the executor ended a Job whose Pod could never start (see the module docstring).
 FAILURE_ANNOTATION = "servebench.dev/failure"
 
@@ -128,6 +132,15 @@ class KubernetesExecutor(Executor):
         return self._namespace or self.kube.conn.namespace
 
     # ----------------------------------------------------------------- submit
+
+    def handle_for(self, run: Run) -> Handle:
+        """The Job's name and namespace follow from the run id; ``uid`` is added once the
+        Job exists, so a handle without it names a Job that may never have been created."""
+        return {
+            "namespace": self.namespace,
+            "job": kubejob.job_name(run.public_id),
+            "run": run.public_id,
+        }
 
     def submit(self, run: Run, token: str) -> Handle:
         kube, ns = self.kube, self.namespace
@@ -252,12 +265,24 @@ class KubernetesExecutor(Executor):
         return sorted(pods, key=lambda p: p.metadata.creation_timestamp or _now())
 
     def status(self, handle: Handle) -> ExecutorStatus:
+        return self._status(handle, act=True)
+
+    def observe(self, handle: Handle) -> ExecutorStatus:
+        """``status`` for readers (the logs endpoint, the run page): a Pod stuck past the
+        grace is reported failed, but its Job is left for reconcile to stop."""
+        return self._status(handle, act=False)
+
+    def _status(self, handle: Handle, act: bool) -> ExecutorStatus:
         kube = self.kube
         ns, name = handle["namespace"], handle["job"]
         try:
             job = kube.call(f"read Job {ns}/{name}", kube.batch.read_namespaced_job, name, ns)
         except ApiException as exc:
             if exc.status == 404:
+                if not handle.get("uid"):  # claimed, but the Job was never created
+                    return ExecutorStatus(
+                        ExecutorState.NOT_STARTED, reason=f"the Job {ns}/{name} was not created"
+                    )
                 return ExecutorStatus(
                     ExecutorState.GONE,
                     reason=(
@@ -299,9 +324,9 @@ class KubernetesExecutor(Executor):
                     "admission errors)"
                 ),
             )
-        return self._pod_state(pod, job)
+        return self._pod_state(pod, job, act)
 
-    def _pod_state(self, pod: client.V1Pod, job: client.V1Job) -> ExecutorStatus:
+    def _pod_state(self, pod: client.V1Pod, job: client.V1Job, act: bool = True) -> ExecutorStatus:
         phase = pod.status.phase if pod.status else None
         if phase == "Succeeded":
             return ExecutorStatus(ExecutorState.SUCCEEDED, exit_code=0)
@@ -322,7 +347,7 @@ class KubernetesExecutor(Executor):
         if waiting is not None and waiting.reason:
             stuck = self._stuck(pod, waiting)
             if stuck is not None:
-                if stuck.state == ExecutorState.FAILED:
+                if stuck.state == ExecutorState.FAILED and act:
                     self._end_stuck_job(job, stuck.reason)
                 return stuck
         scheduled = _condition(pod, "PodScheduled")
@@ -440,6 +465,29 @@ class KubernetesExecutor(Executor):
         terminated = _terminated(pod)
         if terminated is not None and terminated.message:
             return _last_lines(terminated.message, tail)
+        return ""
+
+    # ----------------------------------------------------------------- image digest
+
+    def image_digest(self, handle: Handle) -> str:
+        """``sha256:...`` of the runner's image from its Pod's ``imageID`` (what the node's
+        container runtime actually ran, whatever tag the Job named); "" when no Pod has
+        started yet or the API cannot be reached (one attempt, short timeout)."""
+        if not handle:
+            return ""
+        try:
+            pods = self._pods(
+                handle.get("namespace", ""), handle, attempts=1, timeout=self.log_timeout
+            )
+        except (ExecutorError, ApiException, KeyError) as exc:
+            log.info("kubernetes: no image digest for %s: %s", handle.get("job"), exc)
+            return ""
+        for pod in reversed(pods):
+            for status in (pod.status.container_statuses if pod.status else None) or []:
+                if status.name == kubejob.CONTAINER:
+                    found = _DIGEST.search(status.image_id or "")
+                    if found:
+                        return found.group(0)
         return ""
 
     # ----------------------------------------------------------------- cancel

@@ -115,7 +115,7 @@ def _overlay(
     xs = sorted(all_x)
     if key == "output_throughput":
         title += "<br><sub>dashed: each run's HF sequential baseline</sub>"
-    fig = layout(title, AXIS_TITLES.get(axis, axis), unit, log_x(xs, axis), xs)
+    fig = layout(title, esc(AXIS_TITLES.get(axis, axis)), unit, log_x(xs, axis), xs)
     # Colours are the runs table's swatches; a legend only when a run has several backends.
     fig["showlegend"] = several
     return {"data": traces, "layout": fig}

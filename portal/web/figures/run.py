@@ -148,7 +148,8 @@ def throughput_figure(
             shapes.append(shape)
             annotations.append(note)
     title = THROUGHPUT_TITLES[metric]
-    fig_layout = layout(f"{title} ({esc(sweep)})", AXIS_TITLES.get(axis, axis), title, logx, all_x)
+    xtitle = esc(AXIS_TITLES.get(axis, axis))  # a stored axis is runner text: escaped
+    fig_layout = layout(f"{title} ({esc(sweep)})", xtitle, title, logx, all_x)
     fig_layout["annotations"] = annotations
     fig_layout["shapes"] = shapes
     return {"data": traces, "layout": fig_layout}
@@ -211,7 +212,7 @@ def rates_figure(sweep: str, results: RunResults) -> dict[str, Any]:
         )
     fig_layout = layout(
         f"Requests/s and total tokens/s ({esc(sweep)})",
-        AXIS_TITLES.get(axis, axis),
+        esc(AXIS_TITLES.get(axis, axis)),
         "Requests/s",
         log_x(all_x, axis),
         all_x,
@@ -249,7 +250,7 @@ def latency_figure(sweep: str, results: RunResults, metric: str = "ttft") -> dic
         "data": traces,
         "layout": layout(
             f"{LATENCY_NAMES[metric]} ({esc(sweep)})",
-            AXIS_TITLES.get(axis, axis),
+            esc(AXIS_TITLES.get(axis, axis)),
             "ms",
             log_x(all_x, axis),
             all_x,
@@ -403,7 +404,7 @@ def goodput_figure(sweep: str, results: RunResults) -> dict[str, Any] | None:
             )
     fig_layout = layout(
         f"Goodput under the SLO ({slo_text(results.slo)})",
-        AXIS_TITLES.get(axis, axis),
+        esc(AXIS_TITLES.get(axis, axis)),
         "Requests/s",
         logx,
         all_x,
@@ -483,7 +484,7 @@ def server_figure(
     note = "" if preempted else ", no preemptions"
     fig_layout = layout(
         f"KV cache, GPU memory{note if note else ' and preemptions'} ({esc(sweep)})",
-        AXIS_TITLES.get(axis, axis),
+        esc(AXIS_TITLES.get(axis, axis)),
         "% (peak during the point)",
         log_x(all_x, axis),
         all_x,

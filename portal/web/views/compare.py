@@ -18,6 +18,7 @@ from portal.benchmarks import compare as cmp
 from portal.benchmarks.models import Run
 from portal.web import figures, tables
 from portal.web.figures.common import color
+from servebench import verdict as engine
 
 
 def compare_url(ids: list[str], baseline: str) -> str:
@@ -51,12 +52,16 @@ def compare_page(request: HttpRequest) -> HttpResponse:
             "is_baseline": i == comparison.baseline,
             "output": output[i],
             "ttft": ttft[i],
+            "counts": comparison.counts(i),
             "baseline_url": compare_url(ids, column.run.public_id),
         }
         for i, column in enumerate(comparison.columns)
     ]
     context = {
         "comparison": comparison,
+        "not_comparable": [h for h in headline if not h["column"].comparable],
+        "threshold": engine.DEFAULT_THRESHOLD,
+        "min_history": engine.MIN_HISTORY,
         "columns": comparison.columns,
         "figures": figures.compare_figures(comparison),
         "metrics": metrics,

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal.benchmarks import points as pts
 from portal.benchmarks import queries, reproduce, services, sharing
 from portal.benchmarks.models import Measurement, Run
+from portal.benchmarks.queue import queue_info
 from portal.web import run_page, tables
 from portal.web.forms import RunForm, preset_yaml
 from runners import spec as rs
@@ -78,18 +79,23 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def run_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        form = RunForm(request.POST)
+        form = RunForm(request.POST, user=request.user)
         if form.is_valid() and form.spec is not None:
-            run = services.create_run(
-                request.user,
-                form.spec,
-                form.cleaned_data.get("name") or None,
-                is_public=form.cleaned_data.get("is_public", False),
-            )
-            messages.success(request, f"Run {run.short_id} is queued.")
-            return redirect(run.get_absolute_url())
+            try:
+                run = services.create_run(
+                    request.user,
+                    form.spec,
+                    form.cleaned_data.get("name") or None,
+                    is_public=form.cleaned_data.get("is_public", False),
+                )
+            except services.SpecError as exc:  # the form checks the same rules first
+                for err in exc.errors:
+                    form.add_error(*form._place(err))
+            else:
+                messages.success(request, f"Run {run.short_id} is queued.")
+                return redirect(run.get_absolute_url())
     else:
-        form = RunForm()
+        form = RunForm(user=request.user)
         chosen = request.GET.get("preset", "seed")
         form.initial_from_preset(chosen if chosen in rs.PRESETS else "seed")
     presets = {key: preset_yaml(key) for key in rs.PRESETS}
@@ -119,7 +125,8 @@ def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @require_GET
 def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
-    """What the run page polls while the run is active (one cheap query)."""
+    """What the run page polls while the run is active (one cheap query; two more while
+    it waits in the queue)."""
     run = run_or_404(request, public_id)
     return JsonResponse(
         {
@@ -128,7 +135,8 @@ def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
             "final": run.is_final,
             "done": run.progress_done,
             "total": run.progress_total,
-            "failure_reason": run.failure_reason,
+            "failure_reason": sharing.failure_reason_for(request.user, run),
+            "queue": queue_info(run),
             "updated_at": run.updated_at.isoformat(),
         }
     )
@@ -138,10 +146,10 @@ def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
 def run_log(request: HttpRequest, public_id: str) -> HttpResponse:
     """The runner's log tail as text (owner and staff; 404 for everyone else)."""
     run = run_or_404(request, public_id)
-    if not queries.can_cancel(request.user, run):
+    if not queries.may_manage(request.user, run):
         raise Http404("Only the run's owner can read its runner's log.")
     tail = run_page.log_tail(request.user, run)
-    body = "" if tail is None else (tail.error or tail.text)
+    body = "" if tail is None else (tail.error or tail.text or tail.note)
     response = HttpResponse(body, content_type="text/plain; charset=utf-8")
     response["Cache-Control"] = "no-store"
     return response
@@ -159,7 +167,8 @@ def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_GET
 def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    body = json.dumps(services.result_document(run), indent=2)
+    document = sharing.document_for(request.user, run, services.result_document(run))
+    body = json.dumps(document, indent=2)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = (
         f'attachment; filename="servebench-{run.short_id}-result.json"'
@@ -193,7 +202,7 @@ def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_POST
 def run_cancel(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    if not queries.can_cancel(request.user, run):
+    if not queries.may_manage(request.user, run):
         raise Http404("Only the run's owner can cancel it.")
     if services.cancel_run(run, by=request.user):
         messages.success(request, "The run is cancelled; its runner is being stopped.")

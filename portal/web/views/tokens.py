@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_http_methods
 
 from portal.accounts.models import ApiToken
@@ -27,7 +28,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 ApiToken.objects.filter(
                     pk=int(pk), user=request.user, kind=ApiToken.Kind.CI
                 ).first()
-                if pk.isdigit()
+                if pk.isascii() and pk.isdigit() and len(pk) <= 18
                 else None
             )
             if token is not None and revoke_token(token):
@@ -47,4 +48,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
         "new_plaintext": new_plaintext,
         "api_base": request.build_absolute_uri("/api/v1/"),
     }
-    return render(request, "web/tokens.html", context)
+    response = render(request, "web/tokens.html", context)
+    # The page shows a new token once: no cache (browser, proxy) may keep a copy.
+    patch_cache_control(response, no_store=True, no_cache=True, private=True, max_age=0)
+    return response

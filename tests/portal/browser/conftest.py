@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,19 @@ class Page:
 
     def goto(self, path: str) -> Any:
         return self.page.goto(self.base_url + path)
+
+    def wait_for(self, expression: str, timeout: float = 30_000) -> Any:
+        """``page.wait_for_function`` for pages under our Content-Security-Policy: that
+        one evaluates its predicate with eval() inside the page, which the policy refuses
+        (as it should); ``evaluate`` goes through the DevTools protocol instead."""
+        deadline = time.monotonic() + timeout / 1000
+        while True:
+            value = self.page.evaluate(f"() => {{ try {{ return {expression}; }} catch (e) {{}} }}")
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout / 1000:.0f} s: {expression}")
+            time.sleep(0.1)
 
     def shot(self, name: str) -> Path:
         path = screenshot_dir() / f"{name}.png"

@@ -54,10 +54,13 @@ def test_choosing_a_preset_fills_the_spec_box(page: Any, make_user: Any) -> None
 
 
 def test_the_run_page_shows_progress_live_then_the_charts(
-    page: Any, make_run: Any, make_user: Any
+    page: Any, make_run: Any, make_user: Any, spec_dict: Any
 ) -> None:
     user, password = user_with_password(make_user)
-    run = make_run(owner=user, status=RunStatus.RUNNING)
+    sweeps = [{"name": "concurrency", "axis": "max_concurrency", "values": [4, 8]}]
+    workload = {"input_len": 128, "output_len": 32, "num_prompts": 32, "num_warmups": 0}
+    spec = spec_dict(sweeps=sweeps, workload=workload, model={"id": "org/tiny-model"})
+    run = make_run(owner=user, spec=spec, status=RunStatus.RUNNING)
     page.sign_in(user.username, password)
     page.goto(run.get_absolute_url())
     assert page.page.locator("#run-status").inner_text() == "Running"
@@ -65,7 +68,7 @@ def test_the_run_page_shows_progress_live_then_the_charts(
 
     services.ingest_measurement(run, webdata.hf_measurement(45.0))
     services.ingest_event(run, rr.Event(type="progress", done=1, total=3))
-    page.page.wait_for_function("document.getElementById('run-done').textContent === '1'")
+    page.wait_for("document.getElementById('run-done').textContent === '1'")
     page.page.wait_for_selector("#summary-table")
     page.shot("run-live-progress")
 
@@ -76,11 +79,9 @@ def test_the_run_page_shows_progress_live_then_the_charts(
         )
     services.ingest_event(run, rr.Event(type="progress", done=3, total=3))
     services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
-    page.page.wait_for_function(
-        "document.getElementById('run-status').textContent.trim() === 'Succeeded'"
-    )
+    page.wait_for("document.getElementById('run-status').textContent.trim() === 'Succeeded'")
     chart = "document.getElementById('chart-concurrency-output')"
-    page.page.wait_for_function(f"{chart} && {chart}.data && {chart}.data.length === 2")
+    page.wait_for(f"{chart} && {chart}.data && {chart}.data.length === 2")
     # No reload happened: the page updated itself.
     assert page.page.evaluate("window.__sameDocument") is True
     traces = page.page.evaluate(f"{chart}.data.map(t => ({{name: t.name, n: t.x.length}}))")

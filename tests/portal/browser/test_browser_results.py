@@ -54,9 +54,7 @@ def offline(page: Any) -> list[str]:
 
 
 def assert_charts_drawn(page: Any) -> list[dict[str, Any]]:
-    page.page.wait_for_function(
-        "Array.from(document.querySelectorAll('[data-figure-id]')).every(e => e.data)"
-    )
+    page.wait_for("Array.from(document.querySelectorAll('[data-figure-id]')).every(e => e.data)")
     shapes = page.page.evaluate(CHART_SHAPES)
     for chart in shapes:
         assert chart["drawn"] == chart["expected"], chart
@@ -128,7 +126,9 @@ def test_the_run_page_draws_every_chart_of_every_sweep(page: Any, make_user: Any
     assert page.console_errors == []
 
 
-def test_copy_buttons_copy_the_exact_command(page: Any, make_user: Any) -> None:
+def test_copy_buttons_copy_the_exact_command(page: Any, make_user: Any, settings: Any) -> None:
+    # The image the runner reported goes under a Copy button only if the portal allows it.
+    settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES = ["ghcr.io/servebench/runner:*"]
     user, password = user_with_password(make_user, "erin")
     run = webdata.make_sweep_run(user, [1, 4])
     page.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
@@ -136,7 +136,7 @@ def test_copy_buttons_copy_the_exact_command(page: Any, make_user: Any) -> None:
     page.goto(run.get_absolute_url())
     button = page.page.locator("#reproduce button[data-copy=cmd-runner]")
     button.click()
-    page.page.wait_for_function(
+    page.wait_for(
         "document.querySelector('#reproduce button[data-copy=cmd-runner]').textContent === 'Copied'"
     )
     copied = page.page.evaluate("navigator.clipboard.readText()")
@@ -309,7 +309,7 @@ def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
     assert "starting vLLM server" in page.page.locator("#run-log").inner_text()
     with log.open("a") as out:
         out.write("point concurrency:max_concurrency=16 ...\n")
-    page.page.wait_for_function(
+    page.wait_for(
         "document.getElementById('run-log').textContent.includes('max_concurrency=16')",
         timeout=15_000,
     )
@@ -318,9 +318,7 @@ def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
     services.ingest_event(
         run, rr.Event(type="failed", message="the vLLM server ran out of GPU memory", errors=[])
     )
-    page.page.wait_for_function(
-        "document.getElementById('run-status').textContent.trim() === 'Failed'"
-    )
+    page.wait_for("document.getElementById('run-status').textContent.trim() === 'Failed'")
     page.page.wait_for_selector("#failure-reason")
     assert "CUDA out of memory" in page.page.locator("#run-log").inner_text()
     assert page.page.locator("#log-panel[open]").count() == 1

@@ -43,6 +43,11 @@
       const badge = document.getElementById("run-status");
       badge.textContent = state.status_display;
       badge.className = "badge " + state.status;
+      const queueNote = document.getElementById("queue-note");
+      if (queueNote) {
+        queueNote.hidden = !state.queue;
+        queueNote.textContent = state.queue ? "Queued: " + state.queue.message + "." : "";
+      }
       document.getElementById("run-done").textContent = state.done;
       document.getElementById("run-total").textContent = state.total;
       const pct = state.total ? Math.round((100 * state.done) / state.total) : 0;

@@ -1,0 +1,115 @@
+"""The commands a measurement's spec implies, and whether a runner's report matches them.
+
+A runner reports the exact ``vllm serve``, ``vllm bench serve`` and HF baseline commands it
+ran, and the run page puts them under Copy buttons: people paste them into a shell. A
+runner is not trusted to report them honestly, so the page shows a reported command only
+when it is the one the run's spec implies, built by the runner's own functions
+(``runners.vllm_server.serve_flags``, ``runners.vllm_bench.bench_flags``; the HF
+baseline's as ``runners.hf.HFConfig.command`` writes it, which needs numpy to import, so it
+is rebuilt here and a test keeps the two equal); only the free port and the result file's
+directory and name may differ. Otherwise it shows the implied command, with this
+portal's placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from runners import spec as rs
+from runners.vllm_bench import bench_command, bench_flags
+from runners.vllm_server import HOST, serve_flags, server_env
+
+# Placeholders in the implied command, and what a runner's report may have there.
+_PORT = "8000"
+_DIR = "results"
+_FILE = "result.json"
+_WILD = {
+    _PORT: re.compile(r"[0-9]{1,5}"),
+    f"http://{HOST}:{_PORT}": re.compile(rf"http://{re.escape(HOST)}:[0-9]{{1,5}}"),
+    _DIR: re.compile(r"/?[A-Za-z0-9._/\-]{1,1024}"),
+    _FILE: re.compile(r"[A-Za-z0-9._\-]{1,256}"),
+}
+
+
+def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
+    """The commands the spec implies for one measurement: {'serve', 'bench'} for a vLLM
+    backend, {'hf'} for the HF baseline; {} when the spec has no such backend or point."""
+    backend = next((b for b in spec.backends if b.name == backend_name), None)
+    if isinstance(backend, rs.HFBackend):
+        if point_key != "baseline":
+            return {}
+        return {"hf": hf_command(spec, backend)}
+    if not isinstance(backend, rs.VLLMBackend):
+        return {}
+    point = next((p for p in spec.points() if p.key == point_key), None)
+    if point is None:
+        return {}
+    env = [f"{k}={v}" for k, v in server_env(backend).items()]
+    serve = [*env, "vllm", "serve", spec.model.id, "--host", HOST, "--port", _PORT]
+    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE)
+    return {
+        "serve": shlex.join([*serve, *serve_flags(spec, backend)]),
+        "bench": bench_command(flags),
+    }
+
+
+def hf_command(spec: rs.Spec, backend: rs.HFBackend) -> str:
+    """``runners.runner.hf_config(spec, backend).command()``, without importing torch's
+    and numpy's side of the runner."""
+    m, point = spec.model, rs.hf_point(spec, backend)
+    argv = ["--model", m.id]
+    for flag, value in (
+        ("--revision", m.revision),
+        ("--tokenizer", m.tokenizer),
+        ("--attn-implementation", backend.attn_implementation),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    argv += [
+        "--dtype", m.dtype,
+        "--input-len", str(point.input_len),
+        "--output-len", str(point.output_len),
+        "--num-prompts", str(point.num_prompts),
+        "--num-warmups", str(backend.num_warmups),
+        "--seed", str(spec.workload.seed),
+    ]  # fmt: skip
+    if m.trust_remote_code:
+        argv.append("--trust-remote-code")
+    return shlex.join(["python", "-m", "runners", "hf", *argv])
+
+
+def matches(reported: str, expected: str) -> bool:
+    """Whether ``reported`` is ``expected`` up to the port and result file placeholders."""
+    try:
+        got, want = shlex.split(reported), shlex.split(expected)
+    except ValueError:
+        return False
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want, strict=True):
+        if g == w:
+            continue
+        wild = _WILD.get(w)
+        if wild is None or not wild.fullmatch(g) or ".." in g.split("/"):
+            return False
+    return True
+
+
+def shown(spec: rs.Spec, backend: str, point_key: str, reported: dict[str, str]) -> dict:
+    """What the page shows for one measurement: ``commands`` (kind -> command, the
+    runner's where it matches the spec, else the implied one) and ``replaced`` (the kinds
+    whose reported command did not match)."""
+    expected = implied(spec, backend, point_key)
+    out: dict[str, str] = {}
+    replaced: list[str] = []
+    for kind, command in expected.items():
+        got = reported.get(kind)
+        if got and matches(got, command):
+            out[kind] = got
+        else:
+            out[kind] = command
+            if got:
+                replaced.append(kind)
+    return {"commands": out, "replaced": replaced}

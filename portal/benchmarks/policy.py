@@ -1,0 +1,175 @@
+"""What this portal lets a user's spec ask of a runner, beyond what a spec may say at all.
+
+``runners.spec`` decides what a valid spec is anywhere; this module adds the deployment's
+rules, from settings an admin sets (``portal/settings.py``):
+
+- ``model.trust_remote_code`` runs Python code from the model's repository on the runner:
+  only for users holding the permission ``accounts.trust_remote_code`` (403 otherwise).
+- A local directory as ``model.id`` / ``model.tokenizer`` only under
+  SERVEBENCH_MODEL_ROOTS, a ``workload.dataset_path`` only under SERVEBENCH_DATASET_ROOTS:
+  a runner reads whatever it is pointed at (``/`` as a model would hash the whole host).
+- ``resources.gpu_type`` one of SERVEBENCH_GPU_TYPES (the cluster's node label values).
+- ``resources.node_selector`` keys among SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS, and
+  never one the admin's SERVEBENCH_K8S_NODE_SELECTOR sets (the admin's placement wins).
+
+``check(spec, user)`` raises ``runners.spec.SpecError`` (400) or ``SpecForbidden`` (403),
+each naming the field (without the ``spec.`` prefix the API adds) and what to do next.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from typing import Any
+
+from django.conf import settings
+
+from portal.accounts.models import TRUST_REMOTE_CODE
+from runners import spec as rs
+
+# A Hugging Face hub id: 'name' or 'org/name' (what is not one is a path).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?$")
+
+
+class SpecForbidden(rs.SpecError):
+    """The spec is valid but asks for something this user may not do (HTTP 403)."""
+
+
+def _error(field: str, message: str) -> rs.SpecError:
+    return rs.SpecError([{"field": field, "message": message}])
+
+
+def is_local_path(value: str) -> bool:
+    """Whether a model id names a directory rather than a hub repository.
+
+    Absolute and ./ ~/ paths are paths; so is anything a hub id cannot be. 'org/name' is a
+    hub id (a runner also tries it as a relative directory, but its working directory is
+    a fresh, empty one).
+    """
+    return value.startswith(("/", ".", "~")) or not _HUB_ID.match(value)
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    """``path`` (absolute, normalised) lies in one of ``roots``, also after resolving
+    symbolic links where the path exists on this machine (the local executor's)."""
+    candidates = {posixpath.normpath(path)}
+    if os.path.exists(path):
+        candidates.add(os.path.realpath(path))
+    allowed = []
+    for root in roots:
+        if not root.startswith("/"):
+            continue
+        allowed.append(posixpath.normpath(root))
+        if os.path.exists(root):
+            allowed.append(os.path.realpath(root))
+    return bool(allowed) and all(
+        any(c == r or c.startswith(r.rstrip("/") + "/") for r in allowed) for c in candidates
+    )
+
+
+def _check_path(field: str, value: str, roots: list[str], what: str, setting: str) -> None:
+    if not value.startswith("/"):
+        raise _error(
+            field,
+            f"{what} {value!r} is neither a hub id (org/name) nor an absolute path; "
+            + (f"use an absolute path under {', '.join(roots)}" if roots else "use a hub id"),
+        )
+    if not roots:
+        raise _error(
+            field,
+            f"{what} {value!r} is a local path, and this portal allows none ({setting} is "
+            "empty); use a hub id, or ask an admin to set " + setting,
+        )
+    if not _under(value, roots):
+        raise _error(
+            field,
+            f"{what} {value!r} is not under the directories this portal allows "
+            f"({', '.join(roots)}; {setting}); move it there or use a hub id",
+        )
+
+
+def check(spec: rs.Spec, user: Any) -> None:
+    """Raise SpecForbidden / SpecError when ``user`` may not submit ``spec`` here."""
+    if spec.model.trust_remote_code and not (
+        user is not None and getattr(user, "is_active", False) and user.has_perm(TRUST_REMOTE_CODE)
+    ):
+        raise SpecForbidden(
+            [
+                {
+                    "field": "model.trust_remote_code",
+                    "message": (
+                        "model.trust_remote_code runs the model repository's own Python code "
+                        "on the runner; your account may not (an admin grants the permission "
+                        f"{TRUST_REMOTE_CODE!r}). Remove it, or pick a model transformers "
+                        "supports natively"
+                    ),
+                }
+            ]
+        )
+    roots = list(settings.SERVEBENCH_MODEL_ROOTS)
+    for field in ("id", "tokenizer"):
+        value = getattr(spec.model, field)
+        if value and is_local_path(value):
+            _check_path(
+                f"model.{field}", value, roots, "a local model directory", "SERVEBENCH_MODEL_ROOTS"
+            )
+    if spec.workload.dataset_path:
+        _check_path(
+            "workload.dataset_path",
+            spec.workload.dataset_path,
+            list(settings.SERVEBENCH_DATASET_ROOTS),
+            "the dataset file",
+            "SERVEBENCH_DATASET_ROOTS",
+        )
+    _check_resources(spec.resources)
+
+
+def _check_resources(resources: rs.Resources) -> None:
+    types = list(settings.SERVEBENCH_GPU_TYPES)
+    if resources.gpu_type is not None and resources.gpu_type not in types:
+        known = (
+            f"one of: {', '.join(types)}"
+            if types
+            else "left out: this portal lists no GPU types (SERVEBENCH_GPU_TYPES)"
+        )
+        raise _error(
+            "resources.gpu_type",
+            f"GPU type {resources.gpu_type!r} is not one this portal schedules on; it must be "
+            f"{known}",
+        )
+    allowed = set(settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)
+    admin = dict(settings.SERVEBENCH_K8S_NODE_SELECTOR)
+    gpu_label = settings.SERVEBENCH_K8S_GPU_TYPE_LABEL
+    if resources.gpu_type is not None and admin.get(gpu_label, resources.gpu_type) != (
+        resources.gpu_type
+    ):
+        raise _error(
+            "resources.gpu_type",
+            f"runners here are placed on {gpu_label}={admin[gpu_label]} "
+            "(SERVEBENCH_K8S_NODE_SELECTOR); leave gpu_type out or use that type",
+        )
+    for key in resources.node_selector:
+        where = f"resources.node_selector.{key}"
+        if key in admin or key == gpu_label:
+            raise _error(
+                where,
+                f"node label {key!r} is set by this portal's placement "
+                + ("(resources.gpu_type sets the GPU label)" if key == gpu_label else "")
+                + "; leave it out",
+            )
+        if key not in allowed:
+            keys = ", ".join(sorted(allowed)) or "none"
+            raise _error(
+                where,
+                f"node label {key!r} is not one a spec may select on here (allowed: {keys}; "
+                "SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)",
+            )
+
+
+def form_choices() -> dict[str, list[str]]:
+    """What the submission form shows: the GPU types and node label keys allowed here."""
+    return {
+        "gpu_types": list(settings.SERVEBENCH_GPU_TYPES),
+        "node_selector_keys": sorted(settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS),
+    }

@@ -1,0 +1,315 @@
+"""Per-request samples in object storage: nothing lost, nothing bloating PostgreSQL.
+
+The S3 path runs against a real S3-compatible server that the tests start (moto's server
+mode, on a local port) through django-storages, exactly as a deployment talks to a bucket.
+Bodies are sent as the runner sends them (``runners.report.encode``: gzip above 64 kB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from portal.accounts.models import ApiToken
+from portal.accounts.tokens import issue_token
+from portal.benchmarks import samples, samplestore
+from portal.benchmarks.models import Measurement, RunStatus
+from runners.report import Reporter, ReportRejected, encode
+from runners.result import Measurement as RunnerMeasurement
+
+pytestmark = pytest.mark.django_db
+
+BUCKET = "servebench-samples"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Server:
+    """moto's S3-compatible server in a process of its own (stop/start: an outage)."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                requests.get(self.url, timeout=1)
+                return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise AssertionError("moto's S3 server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+            self.proc = None
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            region_name="us-east-1",
+        )
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, settings) -> S3Server:
+    """The ``samples`` storage pointed at a fresh bucket of the S3 server."""
+    if s3_server.proc is None:
+        s3_server.start()
+    client = s3_server.client()
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=BUCKET)
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "samples": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": BUCKET,
+                "endpoint_url": s3_server.url,
+                "region_name": "us-east-1",
+                "access_key": "test",
+                "secret_key": "test",
+                "default_acl": None,
+                "file_overwrite": True,
+            },
+        },
+    }
+    return s3_server
+
+
+@pytest.fixture
+def runner(make_run, personas, bearer_client):
+    """A running run of the owner's with ``prompts`` requests per point, and a client with
+    its run token."""
+
+    def make(prompts: int = 8, output_len: int = 16):
+        spec = {
+            "name": "samples",
+            "model": {"id": "org/tiny-model", "max_model_len": 4096},
+            "workload": {"input_len": 64, "output_len": output_len, "num_prompts": prompts},
+            "backends": [{"kind": "vllm"}],
+            "resources": {"gpu_count": 0, "timeout_minutes": 10},
+        }
+        run = make_run(owner=personas["owner"].user, spec=spec, status=RunStatus.RUNNING)
+        token = issue_token(run.owner, kind=ApiToken.Kind.RUN, run=run).plaintext
+        return run, token, bearer_client(token)
+
+    return make
+
+
+def point_measurement(prompts: int, output_len: int, seed: int = 0) -> dict:
+    """A measurement as the runner posts it, with every request's samples (vLLM's
+    ``--save-detailed`` arrays: ``itls`` has output_len - 1 gaps per request)."""
+    rng = random.Random(seed)
+    ttfts = [0.05 + rng.random() * 0.02 for _ in range(prompts)]
+    itls = [[0.004 + rng.random() * 0.001 for _ in range(output_len - 1)] for _ in range(prompts)]
+    latencies = [t + sum(g) for t, g in zip(ttfts, itls, strict=True)]
+    duration = sum(latencies) / 64
+    return {
+        "backend": "vllm",
+        "backend_kind": "vllm",
+        "point": {
+            "key": "single",
+            "sweep": "single",
+            "input_len": 64,
+            "output_len": output_len,
+            "max_concurrency": 1,
+            "num_prompts": prompts,
+        },
+        "repeat": 0,
+        "status": "succeeded",
+        "metrics": {
+            "completed": prompts,
+            "duration": duration,
+            "output_throughput": prompts * output_len / duration,
+            "mean_ttft_ms": 1000 * sum(ttfts) / prompts,
+        },
+        "raw": {"completed": prompts},
+        "detail": {
+            "input_lens": [64] * prompts,
+            "output_lens": [output_len] * prompts,
+            "ttfts": ttfts,
+            "itls": itls,
+            "latencies": latencies,
+            "errors": [""] * prompts,
+        },
+        "started_at": "2026-11-30T06:00:00.000+00:00",
+        "finished_at": "2026-11-30T06:10:00.000+00:00",
+        "duration_s": 600.0,
+    }
+
+
+def post_measurement(client, run, body: dict):
+    data, headers = encode(body)
+    return client.generic(
+        "POST",
+        f"/api/v1/runner/runs/{run.public_id}/measurements",
+        data,
+        content_type=headers["Content-Type"],
+        headers={k: v for k, v in headers.items() if k != "Content-Type"},
+    )
+
+
+def test_a_2000_by_1024_point_goes_to_s3_and_reads_back(s3, runner):
+    run, _token, client = runner(prompts=2000, output_len=1024)
+    body = point_measurement(2000, 1024)
+    raw = len(json.dumps(body, separators=(",", ":")))
+    _data, headers = encode(body)
+    assert raw > 40_000_000 and headers["Content-Encoding"] == "gzip"
+    response = post_measurement(client, run, body)
+    assert response.status_code == 201, response.content[:500]
+    row = Measurement.objects.get(run=run)
+    assert row.detail == {}  # not in PostgreSQL
+    assert row.samples and 0 < row.samples_bytes < raw / 2
+    # The object is in the bucket, compressed, and holds every request's samples.
+    stored = s3.client().get_object(Bucket=BUCKET, Key=row.samples)["Body"].read()
+    assert len(stored) == row.samples_bytes
+    assert json.loads(gzip.decompress(stored))["itls"] == body["detail"]["itls"]
+    # ...and the one reader gives them back as the runner sent them.
+    got = samples.details([row])[row.pk]
+    assert got["ttfts"] == body["detail"]["ttfts"]
+    assert len(got["itls"]) == 2000 and len(got["itls"][0]) == 1023
+    # A retry of the same measurement stores nothing twice.
+    assert post_measurement(client, run, body).status_code == 200
+    objects = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"samples/{run.public_id}/")
+    assert objects["KeyCount"] == 1
+
+
+def test_the_default_storage_is_a_directory(runner, settings, tmp_path):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "samples": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "samples")},
+        },
+    }
+    run, _token, client = runner()
+    assert post_measurement(client, run, point_measurement(8, 16)).status_code == 201
+    row = Measurement.objects.get(run=run)
+    path = tmp_path / "samples" / row.samples
+    assert path.is_file() and path.stat().st_size == row.samples_bytes
+    assert samples.details([row])[row.pk]["output_lens"] == [16] * 8
+
+
+def test_a_storage_outage_is_a_503_the_runner_retries_and_nothing_half_stored(s3, runner):
+    run, _token, client = runner()
+    s3.stop()
+    try:
+        response = post_measurement(client, run, point_measurement(8, 16))
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "storage_unavailable"
+        assert not Measurement.objects.filter(run=run).exists()
+    finally:
+        s3.start()
+    s3.client().create_bucket(Bucket=BUCKET)
+    assert post_measurement(client, run, point_measurement(8, 16)).status_code == 201
+    assert samples.details(Measurement.objects.filter(run=run))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_oversized_measurement_is_refused_and_the_run_cannot_succeed(
+    runner, settings, live_server
+):
+    settings.SERVEBENCH_MAX_MEASUREMENT_BYTES = 100_000
+    run, token, _client = runner(prompts=200, output_len=64)
+    reporter = Reporter(f"{live_server.url}/api/v1/runner/runs/{run.public_id}", token)
+    body = RunnerMeasurement.model_validate(point_measurement(200, 64))
+    with pytest.raises(ReportRejected) as refused:
+        reporter.measurement(body)
+    assert refused.value.status == 413
+    assert "SERVEBENCH_MAX_MEASUREMENT_BYTES" in str(refused.value)
+    # The runner then says it finished; the portal does not have the measurement.
+    from runners.result import Event
+
+    reporter.event(Event(type="finished", status="succeeded"))
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "only 0 of 1 measurements reached the portal" in run.failure_reason
+
+
+def test_a_gzip_bomb_is_refused_before_it_inflates(runner, settings):
+    settings.SERVEBENCH_MAX_MEASUREMENT_BYTES = 1_000_000
+    run, _token, client = runner()
+    bomb = gzip.compress(b"{" + b" " * 50_000_000 + b"}")
+    assert len(bomb) < 100_000
+    response = client.generic(
+        "POST",
+        f"/api/v1/runner/runs/{run.public_id}/measurements",
+        bomb,
+        content_type="application/json",
+        headers={"Content-Encoding": "gzip"},
+    )
+    assert response.status_code == 413
+    not_gzip = client.generic(
+        "POST",
+        f"/api/v1/runner/runs/{run.public_id}/measurements",
+        b"not gzip",
+        content_type="application/json",
+        headers={"Content-Encoding": "gzip"},
+    )
+    assert not_gzip.status_code == 400
+    assert "not valid gzip" in not_gzip.json()["error"]["message"]
+
+
+def test_the_result_document_carries_the_samples(s3, runner, personas):
+    run, _token, client = runner()
+    body = point_measurement(8, 16)
+    assert post_measurement(client, run, body).status_code == 201
+    document = personas["owner"].client.get(f"/api/v1/runs/{run.public_id}/result").json()
+    assert document["measurements"][0]["detail"]["itls"] == body["detail"]["itls"]
+
+
+def test_old_rows_with_samples_in_postgresql_still_read(make_run, personas):
+    run = make_run(owner=personas["owner"].user, status=RunStatus.RUNNING)
+    from portal.benchmarks import services
+
+    body = RunnerMeasurement.model_validate(
+        {**point_measurement(8, 16), "point": {**point_measurement(8, 16)["point"]}}
+    )
+    columns = services.measurement_columns(body)
+    row = Measurement.objects.create(
+        run=run, backend="legacy", point_key="single", repeat=0, **columns
+    )
+    assert row.samples == "" and row.detail["ttfts"]
+    assert samples.details([row])[row.pk]["ttfts"] == body.detail["ttfts"]
+    assert Path(samplestore.object_name(run.public_id, "vllm", "single", 0)).suffixes == [
+        ".json",
+        ".gz",
+    ]
