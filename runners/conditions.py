@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runners import procs
+
 CPUS_ENV = "SERVEBENCH_CPUS"
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 CONTENDED_SHARE = 0.05  # of the owned cores' time, taken by others (or stolen)
@@ -248,23 +250,9 @@ class _Proc:
 def _processes() -> dict[int, _Proc]:
     """Every process visible in this PID namespace, by pid."""
     out: dict[int, _Proc] = {}
-    try:
-        entries = list(_PROC.iterdir())
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
+    for pid, name, rest in procs.proc_stats(_PROC):
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # "pid (comm) state ppid ... utime stime cutime cstime ... starttime": comm may
-        # hold spaces and parentheses (and a kernel worker's changes as it works).
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        rest = stat[stat.rindex(")") + 2 :].split()
-        try:
-            out[int(entry.name)] = _Proc(
+            out[pid] = _Proc(
                 name=name,
                 ppid=int(rest[1]),
                 started=int(rest[19]),

@@ -54,6 +54,33 @@ def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def proc_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, str, list[str]]]:
+    """``(pid, comm, fields after comm)`` of every process in ``/proc/<pid>/stat``.
+
+    ``comm`` may hold spaces and parentheses (and a kernel worker's changes as it works),
+    so it is cut at the first "(" and the last ")"; fields[0] is the state, fields[1] the
+    parent pid, fields[2] the process group, fields[11:15] utime, stime, cutime, cstime,
+    fields[19] the start time (clock ticks after boot). A process that exits while it is
+    read is skipped.
+    """
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        yield (
+            int(entry.name),
+            stat[stat.index("(") + 1 : stat.rindex(")")],
+            stat[stat.rindex(")") + 2 :].split(),
+        )
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group.
 
@@ -68,19 +95,11 @@ def group_members(pgid: int) -> list[int]:
         except ProcessLookupError:
             return []
         return [pgid]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+    return [
+        pid
+        for pid, _comm, fields in proc_stats(proc)
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X")
+    ]
 
 
 def group_alive(pgid: int) -> bool:
