@@ -177,7 +177,7 @@ def test_reconcile_calls_a_vanished_runner_lost(make_run, stand_in):
     run.refresh_from_db()
     wait_state(run, ExecutorState.RUNNING)
     os.killpg(os.getpgid(run.executor_handle["pid"]), signal.SIGKILL)  # supervisor and all
-    wait_ended(run)
+    wait_ended(run, timeout=60)  # the kernel tears the namespace down; slow when loaded
     dispatcher.reconcile()
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
