@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token
 from portal.benchmarks import samples, samplestore
-from portal.benchmarks.models import Measurement, RunStatus
+from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners.report import Reporter, ReportRejected, encode
 from runners.result import Measurement as RunnerMeasurement
 
@@ -187,31 +188,6 @@ def post_measurement(client, run, body: dict):
     )
 
 
-def test_a_2000_by_1024_point_goes_to_s3_and_reads_back(s3, runner):
-    run, _token, client = runner(prompts=2000, output_len=1024)
-    body = point_measurement(2000, 1024)
-    raw = len(json.dumps(body, separators=(",", ":")))
-    _data, headers = encode(body)
-    assert raw > 40_000_000 and headers["Content-Encoding"] == "gzip"
-    response = post_measurement(client, run, body)
-    assert response.status_code == 201, response.content[:500]
-    row = Measurement.objects.get(run=run)
-    assert row.detail == {}  # not in PostgreSQL
-    assert row.samples and 0 < row.samples_bytes < raw / 2
-    # The object is in the bucket, compressed, and holds every request's samples.
-    stored = s3.client().get_object(Bucket=BUCKET, Key=row.samples)["Body"].read()
-    assert len(stored) == row.samples_bytes
-    assert json.loads(gzip.decompress(stored))["itls"] == body["detail"]["itls"]
-    # ...and the one reader gives them back as the runner sent them.
-    got = samples.details([row])[row.pk]
-    assert got["ttfts"] == body["detail"]["ttfts"]
-    assert len(got["itls"]) == 2000 and len(got["itls"][0]) == 1023
-    # A retry of the same measurement stores nothing twice.
-    assert post_measurement(client, run, body).status_code == 200
-    objects = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"samples/{run.public_id}/")
-    assert objects["KeyCount"] == 1
-
-
 def test_the_default_storage_is_a_directory(runner, settings, tmp_path):
     settings.STORAGES = {
         **settings.STORAGES,
@@ -313,3 +289,75 @@ def test_old_rows_with_samples_in_postgresql_still_read(make_run, personas):
         ".json",
         ".gz",
     ]
+
+
+def _metrics_from(detail: dict) -> dict:
+    """The latency summaries vLLM's client reports, from the samples (ms)."""
+    from servebench.stats import percentile
+
+    gaps = sorted(1000 * g for row in detail["itls"] for g in row)
+    ttfts = sorted(1000 * t for t in detail["ttfts"])
+    return {
+        "median_itl_ms": percentile(gaps, 50),
+        "p99_itl_ms": percentile(gaps, 99),
+        "median_ttft_ms": percentile(ttfts, 50),
+    }
+
+
+def test_a_2000_by_1024_point_goes_to_s3_and_the_compare_verdict_reads_it_back(
+    s3, runner, make_run, personas
+):
+    """Two 2,000 x 1,024 points through the real API into the bucket (~45 MB of samples
+    each, gzip on the wire), the candidate's token gaps 25% longer, and a baseline series
+    with history: the compare API's verdict on the token gaps bounds the change with a
+    bootstrap over the per-request samples it reads back from S3."""
+    owner = personas["owner"].user
+
+    def poster(run):
+        token = issue_token(owner, kind=ApiToken.Kind.RUN, run=run).plaintext
+        return Client(headers={"Authorization": f"Bearer {token}"})
+
+    base, _token, base_client = runner(prompts=2000, output_len=1024)
+    body = point_measurement(2000, 1024)
+    summary = _metrics_from(body["detail"])
+    # Three earlier runs of the series: their summaries are the run-to-run history.
+    for n in range(3):
+        earlier = make_run(owner=owner, spec=base.spec, status=RunStatus.RUNNING)
+        small = {**point_measurement(8, 16), "point": body["point"], "detail": {}}
+        small["metrics"] |= {k: v * (1 + 0.01 * n) for k, v in summary.items()}
+        assert post_measurement(poster(earlier), earlier, small).status_code == 201
+    body["metrics"] |= summary
+    raw = len(json.dumps(body, separators=(",", ":")))
+    assert raw > 40_000_000 and encode(body)[1]["Content-Encoding"] == "gzip"
+    assert post_measurement(base_client, base, body).status_code == 201
+    row = Measurement.objects.get(run=base)
+    assert row.detail == {}  # not in PostgreSQL
+    assert row.samples and 0 < row.samples_bytes < raw / 2
+    # The object is in the bucket, compressed, with every request's samples...
+    stored = s3.client().get_object(Bucket=BUCKET, Key=row.samples)["Body"].read()
+    assert len(stored) == row.samples_bytes
+    assert json.loads(gzip.decompress(stored))["itls"] == body["detail"]["itls"]
+    # ...and a retry of the same measurement stores nothing twice.
+    assert post_measurement(base_client, base, body).status_code == 200
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"samples/{base.public_id}/")
+    assert listed["KeyCount"] == 1
+    slower = point_measurement(2000, 1024)
+    slower["detail"]["itls"] = [[g * 1.25 for g in row] for row in slower["detail"]["itls"]]
+    slower["metrics"] |= _metrics_from(slower["detail"])
+    candidate = make_run(owner=owner, spec=base.spec, status=RunStatus.RUNNING)
+    assert post_measurement(poster(candidate), candidate, slower).status_code == 201
+    Run.objects.filter(owner=owner).update(status=RunStatus.SUCCEEDED)
+
+    answer = (
+        personas["owner"]
+        .client.get(
+            f"/api/v1/compare/?runs={base.public_id},{candidate.public_id}&baseline={base.public_id}"
+        )
+        .json()
+    )
+    row = next(r for r in answer["rows"] if r["metric"] == "p99_itl_ms")
+    verdict = row["verdicts"][1]
+    assert verdict["verdict"] == "worse"
+    assert verdict["noise"] == "history" and verdict["history_runs"] >= 3
+    assert "bootstrap" in verdict["method"]  # over the samples read back from the bucket
+    assert verdict["interval"][0] < 0.25 < verdict["interval"][1]
