@@ -5,6 +5,7 @@
     python -m runners validate SPEC.yaml                     # errors name the field; exit 2
     python -m runners schema | env [SPEC] | presets [NAME] | tiny-model DIR
     python -m runners hf --model M --input-len 1024 ...     # the HF baseline on its own
+    python -m runners gpu-check [--out F] [--record F]      # self-test of a new GPU node
 
 Exit codes: 0 every measurement succeeded, 1 some or all failed, 2 usage error or
 invalid spec, 130 interrupted (SIGINT or SIGTERM).
@@ -30,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runners import conditions, tiny_model
+from runners import conditions, endpoint, tiny_model
 from runners.environment import capture
 from runners.fingerprint import fingerprint
 from runners.hf import HFConfig
@@ -86,6 +87,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Taken out of the environment so the children (vLLM server, HF baseline, bench client,
     # and any trust_remote_code model code in them) never see the run's token.
     env_token = os.environ.pop(TOKEN_ENV, None)
+    # Endpoint API keys likewise: read once, then gone from what children inherit.
+    api_keys = endpoint.take_keys(spec)
     if args.report:
         token = env_token or args.token
         if not token:
@@ -107,7 +110,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     runner = Runner(
-        spec, workdir=workdir, out=out, reporter=reporter, progress=progress, cores=cores
+        spec,
+        workdir=workdir,
+        out=out,
+        reporter=reporter,
+        progress=progress,
+        cores=cores,
+        api_keys=api_keys,
     )
     code = runner.run()
     progress.say(f"servebench: done, exit code {int(code)}" + (f"; result in {out}" if out else ""))
@@ -176,6 +185,8 @@ def cmd_hf(args: argparse.Namespace) -> int:
         num_warmups=args.num_warmups,
         seed=args.seed,
         attn_implementation=args.attn_implementation,
+        prompts_file=args.prompts_file,
+        chat_template=args.chat_template,
     )
     try:
         data = run_hf(config, cores).to_json()
@@ -189,6 +200,20 @@ def cmd_hf(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(data.get("metrics", data), indent=2))
     return code
+
+
+def cmd_gpu_check(args: argparse.Namespace) -> int:
+    from runners import gpucheck
+
+    cores = _own_cores(args.cpus)
+    conditions.set_thread_env(cores)
+    return gpucheck.run(
+        out=Path(args.out) if args.out else None,
+        record=Path(args.record) if args.record else None,
+        shape=args.shape,
+        require_gpu=args.require_gpu,
+        cores=cores,
+    )
 
 
 # --------------------------------------------------------------------------- parser
@@ -260,9 +285,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-warmups", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
+    p.add_argument(
+        "--prompts-file", help='JSONL prompts ({"prompt": ...}) in file order, not random ones'
+    )
+    p.add_argument(
+        "--chat-template", action="store_true", help="apply the chat template to file prompts"
+    )
     p.add_argument("--result", help="write the result JSON here instead of printing metrics")
     _cpus_flag(p)
     p.set_defaults(func=cmd_hf)
+
+    p = sub.add_parser(
+        "gpu-check",
+        help="self-test of a GPU node: NVML, environment, HF baseline, roofline (< 5 min)",
+    )
+    p.add_argument("--out", help="write every check's details here (JSON)")
+    p.add_argument("--record", help="write the raw NVML readings around the baseline here")
+    p.add_argument(
+        "--shape",
+        choices=["qwen3-0.6b", "tiny"],
+        default="qwen3-0.6b",
+        help="the baseline's model: Qwen3-0.6B-shaped random weights (default), or the tiny one",
+    )
+    p.add_argument("--require-gpu", action="store_true", help="fail when no CUDA GPU is seen")
+    _cpus_flag(p)
+    p.set_defaults(func=cmd_gpu_check)
     return parser
 
 

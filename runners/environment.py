@@ -26,6 +26,7 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ _ENV_PREFIXES = (
     "VLLM_", "CUDA_", "NCCL_", "NVIDIA_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH",
     "PYTORCH_", "OMP_", "MKL_", "KMP_", "TOKENIZERS_", "SERVEBENCH_", "LD_PRELOAD",
 )  # fmt: skip
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|BEARER", re.I)
 _SECRET_VALUE = re.compile(r"^(sb_[a-z]+_|hf_|sk-)[A-Za-z0-9_\-]{8,}")
 
 _CONFIG_FIELDS = (
@@ -326,13 +327,19 @@ def _container() -> dict[str, Any]:
     }
 
 
-def relevant_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Performance-relevant environment variables, with anything secret-looking removed."""
+def relevant_env(
+    environ: dict[str, str] | None = None, secrets: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Performance-relevant environment variables, with anything secret-looking removed,
+    and ``secrets`` (the variables a spec names as endpoint keys) whatever they look like."""
     environ = dict(os.environ if environ is None else environ)
     return {
         k: v
         for k, v in sorted(environ.items())
-        if k.startswith(_ENV_PREFIXES) and not _SECRET_NAME.search(k) and not _SECRET_VALUE.match(v)
+        if k.startswith(_ENV_PREFIXES)
+        and k not in secrets
+        and not _SECRET_NAME.search(k)
+        and not _SECRET_VALUE.match(v)
     }
 
 
@@ -479,10 +486,21 @@ def benchmark_settings(spec: Spec) -> dict[str, Any]:
         "repeats": spec.repeats,
         "slo": spec.slo.model_dump(exclude_none=True) if spec.slo else None,
         "backends": [_backend_settings(b) for b in spec.backends],
+        "sampling": {"temperature": w.temperature, "top_p": w.top_p, "top_k": w.top_k},
+        "ramp_up": w.ramp_up.model_dump() if w.ramp_up else NONE,
+        "num_prefixes": w.num_prefixes if w.dataset == "prefix_repetition" else NONE,
+        "sla_search": spec.sla_search.model_dump(mode="json") if spec.sla_search else NONE,
     }
 
 
 def _backend_settings(backend) -> dict[str, Any]:
+    if backend.kind == "endpoint":
+        return {"name": backend.name, **backend.server_config()}
+    if backend.kind in ("hf-static-cache", "hf-batched"):
+        return {
+            **backend.model_dump(mode="json"),
+            "attn_implementation": backend.attn_implementation or "default",
+        }
     if backend.kind == "hf-sequential":
         return {
             "name": backend.name,
@@ -506,16 +524,27 @@ def _backend_settings(backend) -> dict[str, Any]:
         "block_size": backend.block_size,
         "enforce_eager": backend.enforce_eager,
         "extra_args": backend.extra_args,
+        "api": backend.api,
+        "lora_adapters": [a.name for a in backend.lora_adapters] or NONE,
     }
+
+
+def _key_variables(spec: Spec | None) -> frozenset[str]:
+    if spec is None:
+        return frozenset()
+    return frozenset(name for b in spec.endpoint_backends if (name := b.key_env()))
 
 
 # --------------------------------------------------------------------------- public
 
 
-def capture(spec: Spec | None) -> dict[str, Any]:
+def capture(spec: Spec | None, api_keys: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The environment document for a run of ``spec`` (call before loading any model).
 
-    Without a spec only the machine is described (no ``model`` or ``benchmark``).
+    Without a spec only the machine is described (no ``model`` or ``benchmark``). A spec
+    with endpoint backends adds ``endpoints``: what each says about itself
+    (``runners.endpoint.Endpoint.describe``; ``api_keys`` by backend name to ask it),
+    the rest of it marked unknown. The machine described is the runner's, not theirs.
     """
     env: dict[str, Any] = {
         "runner_version": __version__,
@@ -526,10 +555,14 @@ def capture(spec: Spec | None) -> dict[str, Any]:
     if spec is not None:
         env["model"] = model_identity(spec.model.id, spec.model.revision)
         env["benchmark"] = benchmark_settings(spec)
+        if spec.endpoint_backends:
+            from runners.endpoint import describe_all
+
+            env["endpoints"] = describe_all(spec, api_keys or {})
     return env | {
         "host": _host(),
         "kubernetes": _kubernetes(),
         "container": _container(),
-        "env": relevant_env(),
+        "env": relevant_env(secrets=_key_variables(spec)),
         "packages": _packages(),
     }

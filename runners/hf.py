@@ -4,7 +4,10 @@ This is the "naive" loop users compare vLLM against, done carefully so the compa
 fair to it:
 
 - prompts are random token ids drawn with the spec's seed *before* timing (no tokenizer
-  work inside the timed region), special tokens excluded;
+  work inside the timed region), special tokens excluded; or, beside servers sent a
+  custom JSONL prompt file, that file's first prompts in file order (the servers get
+  them in the same order), tokenized as a server does: the text as is, or with the
+  model's chat template when the servers are asked through chat;
 - warm-up generate() calls of the same shape run first (kernel selection, allocator);
 - ``min_new_tokens == max_new_tokens`` so every request produces exactly the requested
   length (the same effect as vLLM's ignore-eos), greedy decoding, KV cache on;
@@ -58,6 +61,8 @@ class HFConfig:
     tokenizer: str | None = None
     trust_remote_code: bool = False
     attn_implementation: str | None = None
+    prompts_file: str | None = None
+    chat_template: bool = False
 
     def flags(self) -> list[str]:
         """The ``python -m runners hf`` flags that reproduce this configuration."""
@@ -79,6 +84,10 @@ class HFConfig:
         ]  # fmt: skip
         if self.trust_remote_code:
             argv.append("--trust-remote-code")
+        if self.prompts_file is not None:
+            argv += ["--prompts-file", self.prompts_file]
+            if self.chat_template:
+                argv.append("--chat-template")
         return argv
 
     def command(self) -> str:
@@ -147,6 +156,39 @@ def random_prompts(input_len: int, vocab_size: int, special_ids: set[int], n: in
     return allowed[picks]
 
 
+def file_prompts(tokenizer: Any, path: str, n: int, chat: bool, skip: int = 0) -> list:
+    """``n`` prompts of a JSONL file ({"prompt": ...} per line) in file order from line
+    ``skip``, cycling when the file has fewer, as token id tensors: the text tokenized as a
+    completions server does, or through the chat template as a chat server does."""
+    import json
+
+    import torch
+
+    texts = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    texts.append(str(json.loads(line)["prompt"]))
+                except (ValueError, KeyError, TypeError):
+                    raise ValueError(f"{path}:{number}: not a JSON line with a 'prompt'") from None
+    if not texts:
+        raise ValueError(f"{path} holds no prompts")
+    out = []
+    for i in range(skip, skip + n):
+        text = texts[i % len(texts)]
+        if chat:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            if hasattr(ids, "keys"):  # a BatchEncoding (transformers 5's default)
+                ids = ids["input_ids"]
+        else:
+            ids = tokenizer(text).input_ids
+        out.append(torch.tensor(list(ids)))
+    return out
+
+
 def _load(config: HFConfig, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -184,8 +226,15 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
     # often pad the vocabulary; draw only ids both know, never special ones.
     vocab = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
     special = set(tokenizer.all_special_ids)
-    prompts = random_prompts(config.input_len, vocab, special, config.num_prompts, config.seed)
-    warmups = random_prompts(config.input_len, vocab, special, config.num_warmups, config.seed + 1)
+    if config.prompts_file is not None:
+        chat, path = config.chat_template, config.prompts_file
+        prompts = file_prompts(tokenizer, path, config.num_prompts, chat)
+        warmups = file_prompts(tokenizer, path, config.num_warmups, chat, skip=config.num_prompts)
+    else:
+        prompts = random_prompts(config.input_len, vocab, special, config.num_prompts, config.seed)
+        warmups = random_prompts(
+            config.input_len, vocab, special, config.num_warmups, config.seed + 1
+        )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen_kwargs = {
         "max_new_tokens": config.output_len,
@@ -211,6 +260,9 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
     itls: list[list[float]] = []
     latencies: list[float] = []
     output_lens: list[int] = []
+    # perf_counter (CLOCK_MONOTONIC, one clock for every process): the runner's GPU
+    # telemetry is summed over these requests (runners.telemetry).
+    start_times: list[float] = []
     # The conditions bracket exactly the timed loop (after loading and warm-up).
     watch = cond.Watch(cores, cpu_bound=device.type == "cpu", threads=torch.get_num_threads())
     with torch.inference_mode():
@@ -223,6 +275,7 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
                 clock = _TokenClock()
                 _sync(device)
                 start = time.perf_counter()
+                start_times.append(start)
                 produced = generate(ids, clock)
                 _sync(device)
                 end = time.perf_counter()
@@ -233,7 +286,7 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
                 output_lens.append(produced)
             duration = time.perf_counter() - loop_start
 
-    input_lens = [config.input_len] * config.num_prompts
+    input_lens = [int(ids.shape[0]) for ids in prompts]
     metrics = client_metrics(
         input_lens=input_lens,
         output_lens=output_lens,
@@ -259,6 +312,7 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
         "ttfts": ttfts,
         "itls": itls,
         "latencies": latencies,
+        "start_times": start_times,
     }
     return HFResult(
         metrics=metrics,

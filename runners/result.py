@@ -11,14 +11,24 @@ One JSON document per run (``schema_version`` 1):
       "fingerprint": "sha256 hex",   # runners.fingerprint.fingerprint()
       "measurements": [Measurement, ...],
       "errors": [{"where": "...", "message": "..."}],
-      "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...}
+      "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...},
+      "sla_searches": [...]          # runners.sla.summarize(): answer, text, path per backend
     }
+
+``backend_kind`` is ``hf-sequential``, ``hf-static-cache`` or ``hf-batched`` (the HF
+baselines, ``runners.hf`` and ``runners.hf_baselines``), ``vllm`` (a server the runner
+started) or ``endpoint`` (a deployed server, ``runners.endpoint``). A served measurement's
+``raw["servebench"]`` says how its requests were made (API, fields dropped, whether
+output lengths were forced: ``runners.vllm_bench.request_facts``).
 
 A Measurement is identified inside its run by (backend, point key, repeat): that is the
 idempotency key of the portal's ingestion endpoint.
 
 Metric names follow vLLM's bench client (``output_throughput``, ``p99_ttft_ms`` ...) so
-numbers compare with the community's; the HF baseline reports the same keys.
+numbers compare with the community's; the HF baseline reports the same keys. Where the
+run's GPUs could be read through NVML, ``ENERGY_KEYS`` are added (``runners.telemetry``:
+J per output token, mean power, GPU utilisation, and cost per million output tokens when
+the spec names a GPU-hour price).
 """
 
 from __future__ import annotations
@@ -51,6 +61,14 @@ LATENCY_KEYS = tuple(
     for stat in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))
 )
 METRIC_KEYS = THROUGHPUT_KEYS + LATENCY_KEYS
+# Derived from the measurement's telemetry (runners.telemetry.DERIVED_KEYS); absent when
+# not measured (no NVML) or, for cost, without a price.
+ENERGY_KEYS = (
+    "energy_per_output_token_j",
+    "avg_power_w",
+    "gpu_util",
+    "cost_per_million_output_tokens",
+)
 
 
 def utcnow() -> str:
@@ -100,12 +118,14 @@ class Measurement(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field(description="Backend name from the spec.")
-    backend_kind: Literal["hf-sequential", "vllm"]
+    backend_kind: Literal["hf-sequential", "hf-static-cache", "hf-batched", "vllm", "endpoint"]
     point: PointInfo
     repeat: int = Field(ge=0)
     status: Literal["succeeded", "failed"]
     error: str | None = Field(None, description="Why it failed, readable by a person.")
-    metrics: dict[str, float] = Field(default_factory=dict, description="METRIC_KEYS subset.")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="METRIC_KEYS and ENERGY_KEYS subset."
+    )
     server_metrics: ServerMetrics | None = None
     gpu_memory_peak_bytes: int | None = None
     commands: dict[str, str] = Field(
@@ -125,6 +145,14 @@ class Measurement(BaseModel):
             "wall time, other processes' CPU on its cores, steal, quota throttling, host load; "
             "'contended' with plain 'reasons' when something competed for its cores. Empty in "
             "documents written before it existed."
+        ),
+    )
+    telemetry: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "What the hardware did (runners.telemetry): vLLM's /metrics and NVML time series "
+            "on the client's clock, the GPU summary over the requests' window, and what "
+            "sampling cost. Empty in documents written before it existed."
         ),
     )
     started_at: str
@@ -175,3 +203,7 @@ class ResultDocument(BaseModel):
     measurements: list[Measurement] = Field(default_factory=list)
     errors: list[dict[str, str]] = Field(default_factory=list)
     timings: dict[str, Any] = Field(default_factory=dict)
+    sla_searches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The spec's SLA search on each backend (runners.sla.summarize).",
+    )

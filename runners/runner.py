@@ -6,7 +6,10 @@ Order matters for trust:
 2. the HF baseline runs in a child process that exits before any vLLM server starts,
    so the two never share the GPU;
 3. one vLLM server per distinct server configuration, started once, all of its points
-   (and repeats) measured against it, then stopped, always, whatever happens;
+   (and repeats, then its SLA search) measured against it, then stopped, always,
+   whatever happens;
+3b. endpoints (deployed servers) last, nothing of the runner's own still running: their
+   points, then their SLA search;
 4. every measurement is written to ``--out`` and posted to the portal the moment it
    exists, so a crash later loses nothing already measured.
 
@@ -17,6 +20,7 @@ portal cancelled the run), 130 interrupted by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 import traceback
@@ -25,8 +29,10 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, procs
+from runners import __version__, causes, hf_baselines, nvml, procs, sla
 from runners import conditions as cond
+from runners import endpoint as ep
+from runners import telemetry as tm
 from runners.document import DocumentWriter
 from runners.environment import capture
 from runners.fingerprint import fingerprint
@@ -34,8 +40,18 @@ from runners.hf import HFConfig
 from runners.progress import Progress
 from runners.report import NoReporter, Reporter, ReportError, ReportRejected, RunCancelled
 from runners.result import Event, Measurement, PointInfo, ResultDocument, utcnow
-from runners.spec import HFBackend, Point, Spec, VLLMBackend, hf_point
-from runners.vllm_bench import measure_point, point_info
+from runners.spec import (
+    EndpointBackend,
+    HFBackend,
+    HFBatchedBackend,
+    Point,
+    ServedBackend,
+    Spec,
+    VLLMBackend,
+    hf_point,
+    search_point,
+)
+from runners.vllm_bench import Target, measure_point, point_info
 from runners.vllm_server import ServerError, VLLMServer
 
 
@@ -64,6 +80,10 @@ def hf_config(spec: Spec, backend: HFBackend) -> HFConfig:
         num_warmups=backend.num_warmups,
         seed=spec.workload.seed,
         attn_implementation=backend.attn_implementation,
+        # The servers' prompts, as they get them (the spec keeps their api consistent).
+        prompts_file=spec.workload.dataset_path if spec.workload.dataset == "custom" else None,
+        chat_template=spec.workload.dataset == "custom"
+        and any(b.api == "chat" for b in spec.served_backends),
     )
 
 
@@ -71,7 +91,7 @@ def server_groups(spec: Spec) -> list[list[VLLMBackend]]:
     """vLLM backends grouped by server configuration, in spec order (one server each)."""
     groups: dict[str, list[VLLMBackend]] = {}
     for backend in spec.vllm_backends:
-        key = json.dumps(backend.server_config(), sort_keys=True, default=str)
+        key = json.dumps(backend.server_key(), sort_keys=True, default=str)
         groups.setdefault(key, []).append(backend)
     return list(groups.values())
 
@@ -88,8 +108,11 @@ class Runner:
         reporter: Reporter | NoReporter | None = None,
         progress: Progress | None = None,
         cores: cond.Cores | None = None,
+        api_keys: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
+        # Endpoint API keys by backend name, out of the environment children inherit.
+        self.api_keys = ep.take_keys(spec) if api_keys is None else api_keys
         # The cores this run owns (the CLI pinned the process to them; children inherit).
         self.cores = cores or cond.own_cores()
         self.workdir = workdir
@@ -110,6 +133,8 @@ class Runner:
 
     def _record(self, m: Measurement) -> None:
         self.document.measurements.append(m)
+        if self.spec.sla_search is not None:
+            self.document.sla_searches = sla.summarize(self.spec, self.document.measurements)
         self.writer.write(self.document)
         done = len(self.document.measurements)
         self.progress.measurement(done, self.total, m)
@@ -139,12 +164,14 @@ class Runner:
     def _timing(self, key: str, value: Any) -> None:
         self.document.timings[key] = value
 
-    def _failed(self, backend: str, point: PointInfo, repeat: int, error: str) -> Measurement:
-        """A vLLM point that never ran (its server did not start or had died)."""
+    def _failed(
+        self, backend: str, point: PointInfo, repeat: int, error: str, kind: str = "vllm"
+    ) -> Measurement:
+        """A served point that never ran (its server did not start or had died)."""
         now = utcnow()
         return Measurement(
             backend=backend,
-            backend_kind="vllm",
+            backend_kind=kind,  # type: ignore[arg-type]
             point=point,
             repeat=repeat,
             status="failed",
@@ -158,7 +185,7 @@ class Runner:
 
     def _environment(self) -> None:
         t = time.monotonic()
-        env = capture(self.spec)
+        env = capture(self.spec, self.api_keys)
         self.document.environment = env
         self.document.fingerprint = fingerprint(self.spec, env)
         self._timing("environment_s", round(time.monotonic() - t, 3))
@@ -174,9 +201,21 @@ class Runner:
             f"torch {env['software']['torch']}, model revision {env['model']['revision'][:19]}"
         )
 
-    def _hf(self, backend: HFBackend, repeat: int) -> Measurement:
-        config = hf_config(self.spec, backend)
+    def _hf(
+        self, backend: HFBackend | HFBatchedBackend, repeat: int, point: Point | None = None
+    ) -> Measurement:
+        """An HF baseline in a child process: hf-sequential (``runners.hf``), or
+        hf-static-cache and hf-batched at ``point`` (``runners.hf_baselines``)."""
+        config: HFConfig | hf_baselines.BaselineConfig
+        if backend.kind == "hf-sequential":
+            config, module = hf_config(self.spec, backend), ["runners", "hf"]  # type: ignore[arg-type]
+        else:
+            config = hf_baselines.child_config(self.spec, backend, point)
+            module = ["runners.hf_baselines"]
+        point = point or hf_point(self.spec, backend)  # type: ignore[arg-type]
         stem = f"{backend.name}-r{repeat}"  # names may contain '.': no with_suffix
+        if backend.kind == "hf-batched":
+            stem += "-" + re.sub(r"[^A-Za-z0-9_.=-]", "_", point.key)
         result_path = self.workdir / f"{stem}.json"
         log_path = self.workdir / f"{stem}.log"
         result_path.unlink(missing_ok=True)
@@ -184,15 +223,16 @@ class Runner:
         argv = [
             sys.executable,
             "-m",
-            "runners",
-            "hf",
+            *module,
             *config.flags(),
             "--result",
             str(result_path),
         ]
         if self.cores.source == "--cpus":  # else it inherits the affinity or $SERVEBENCH_CPUS
             argv += ["--cpus", self.cores.text]
-        code = procs.run(argv, log_path, env=procs.python_env())
+        # GPU telemetry is sampled here, in the runner, never inside the measured child.
+        with nvml.Sampler() as gpu:
+            code = procs.run(argv, log_path, env=procs.python_env())
         fields: dict[str, Any] = {"commands": {"hf": config.command()}}
         data = json.loads(result_path.read_text()) if result_path.exists() else {}
         error = data.get("error")
@@ -209,10 +249,18 @@ class Runner:
                 "gpu_memory_peak_bytes": data.get("gpu_memory_peak_bytes"),
                 "conditions": data.get("conditions") or {},
             }
+            # The child's start_times are on the same clock (perf_counter: CLOCK_MONOTONIC).
+            fields["telemetry"] = tm.assemble(gpu, gpu.t0 or 0.0, data["detail"])
+            tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
+            price = self.spec.resources.gpu_hour_price
+            fields["metrics"] = {
+                **data["metrics"],
+                **tm.derive(fields["telemetry"], data["metrics"], price_per_gpu_hour=price),
+            }
         return Measurement(
             backend=backend.name,
-            backend_kind="hf-sequential",
-            point=point_info(hf_point(self.spec, backend)),
+            backend_kind=backend.kind,
+            point=point_info(point),
             repeat=repeat,
             status="failed" if error else "succeeded",
             error=error,
@@ -241,6 +289,8 @@ class Runner:
                         self._record(
                             self._failed(backend.name, point_info(point), repeat, str(exc))
                         )
+            for backend in self._searched(backends):
+                self._search_failed(backend, str(exc))
             return
         try:
             self._timing(f"server_startup_s.{first.name}", round(server.startup_s or 0, 1))
@@ -267,9 +317,76 @@ class Runner:
                             )
                             m = self._failed(backend.name, point_info(point), repeat, reason)
                         self._record(m)
+            for backend in self._searched(backends):
+                self._search(server, backend)
         finally:
             server.stop()
             self.progress.say(f"server stopped (pid {server.pid})")
+
+    def _endpoint(self, backend: EndpointBackend) -> None:
+        """A deployed server: no start, no stop; its points, then its SLA search."""
+        target = ep.Endpoint(
+            self.spec,
+            backend,
+            self.api_keys.get(backend.name),
+            self.workdir / f"endpoint-{backend.name}.log",
+        )
+        self.progress.say(f"endpoint {backend.name}: {backend.base_url} ({backend.api})")
+        for repeat in range(self.spec.repeats):
+            for point in self.spec.points():
+                self._record(
+                    measure_point(
+                        target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
+                    )
+                )
+        if backend in self._searched([backend]):
+            self._search(target, backend)
+
+    # ------------------------------------------------------------------ SLA search
+
+    def _searched(self, backends: list[Any]) -> list[ServedBackend]:
+        names = {b.name for b in self.spec.search_backends}
+        return [b for b in backends if b.name in names]
+
+    def _search(self, target: Target, backend: ServedBackend) -> None:
+        """Measure the SLA search's points on ``backend`` until it is over
+        (``runners.sla``); a search that ends early lowers the run's total."""
+        search = self.spec.sla_search
+        assert search is not None
+        kind = "endpoint" if isinstance(backend, EndpointBackend) else "vllm"
+        steps: list[sla.Step] = []
+        while (value := sla.next_value(search, steps)) is not None:
+            point = search_point(self.spec, value)
+            if isinstance(target, ep.Endpoint) or target.alive:
+                m = measure_point(
+                    target, self.spec, backend, point, 0, self.workdir, cores=self.cores
+                )
+            else:
+                reason = (
+                    "the vLLM server had exited before this point. Last lines of its log "
+                    f"({target.log_path}):\n{target.log_tail()}"
+                )
+                m = self._failed(backend.name, point_info(point), 0, reason, kind)
+            self._record(m)
+            steps = sla.steps_of(self.spec, backend.name, self.document.measurements)
+            if m.status == "failed" and not (isinstance(target, ep.Endpoint) or target.alive):
+                break  # nothing more to learn from a dead server
+        if value is None:
+            self.total -= search.max_points - len(steps)
+        outcome = sla.result(self.spec, backend.name, steps)
+        self.progress.say(
+            f"SLA search on {backend.name}: {outcome['text']} "
+            f"({outcome['points_used']} of {search.max_points} points)"
+        )
+
+    def _search_failed(self, backend: ServedBackend, error: str) -> None:
+        """The search's first point, failed: its server never started."""
+        search = self.spec.sla_search
+        assert search is not None
+        point = search_point(self.spec, sla.round_value(search, search.low))
+        kind = "endpoint" if isinstance(backend, EndpointBackend) else "vllm"
+        self._record(self._failed(backend.name, point_info(point), 0, error, kind))
+        self.total -= search.max_points - 1
 
     # ------------------------------------------------------------------ the run
 
@@ -278,8 +395,15 @@ class Runner:
             for repeat in range(self.spec.repeats):
                 self.progress.say(f"HF baseline {backend.name} r{repeat} (log in {self.workdir})")
                 self._record(self._hf(backend, repeat))
+        for batched in self.spec.batched_backends:
+            for repeat in range(self.spec.repeats):
+                for point in self.spec.points():
+                    self.progress.say(f"HF baseline {batched.name} {point.key} r{repeat}")
+                    self._record(self._hf(batched, repeat, point))
         for backends in server_groups(self.spec):
             self._vllm_group(backends)
+        for backend in self.spec.endpoint_backends:
+            self._endpoint(backend)
 
     def _finish(
         self,
@@ -348,5 +472,12 @@ class Runner:
         if ok:
             self._finish("partial")
             return ExitCode.FAILED
-        self._finish("failed", "every measurement failed; see the errors of each")
+        # The first real cause and the next step on the first line (runners.causes), not
+        # "see the errors": the portal shows that line at the top of the run's page.
+        failures = [
+            (f"{m.backend} {m.point.key}" + (f" (repeat {m.repeat})" if m.repeat else ""), m.error)
+            for m in self.document.measurements
+        ]
+        reason = causes.headline(failures, self.total, model=self.spec.model.id, logs=True)
+        self._finish("failed", reason)
         return ExitCode.FAILED

@@ -11,6 +11,7 @@ many measurements a run has.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -23,8 +24,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -156,13 +159,55 @@ class ModelSpec(Strict):
         return None if v is None else _safe(v, "revision")
 
 
+def _without_defaults(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys whose value is the given default: fields added after
+    runs were stored stay out of dumps (and so out of every stored fingerprint) until a
+    spec sets them."""
+    return {k: v for k, v in data.items() if k not in defaults or v != defaults[k]}
+
+
+class RampUp(Strict):
+    """The request rate rising from ``start_rps`` to ``end_rps`` over the point
+    (vLLM's bench client: ``--ramp-up-strategy``)."""
+
+    strategy: Literal["linear", "exponential"] = "linear"
+    start_rps: int = Field(ge=0, le=100_000, description="Requests/s at the start.")
+    end_rps: int = Field(ge=1, le=100_000, description="Requests/s at the end.")
+
+    @model_validator(mode="after")
+    def _order(self) -> RampUp:
+        if self.start_rps > self.end_rps:
+            raise FieldError("start_rps", "start_rps must not be above end_rps")
+        if self.strategy == "exponential" and self.start_rps == 0:
+            raise FieldError("start_rps", "an exponential ramp-up cannot start at 0 requests/s")
+        return self
+
+
+# Workload fields added after runs were stored, at their defaults (see _without_defaults).
+_ADDED_WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "num_prefixes": 10,
+    "temperature": 0.0,
+    "top_p": None,
+    "top_k": None,
+    "ramp_up": None,
+}
+
+
 class Workload(Strict):
     """The requests sent to the server. Sweeps vary one of these fields at a time."""
 
-    dataset: Literal["random", "sharegpt"] = Field(
-        "random", description="'random' token prompts, or a ShareGPT-style JSON file."
+    dataset: Literal["random", "sharegpt", "prefix_repetition", "custom"] = Field(
+        "random",
+        description=(
+            "'random' token prompts; 'sharegpt' (a ShareGPT-style JSON file); "
+            "'prefix_repetition' (random prompts sharing one of num_prefixes prefixes of "
+            "prefix_len tokens, then input_len tokens of their own: what prefix caching "
+            "serves); 'custom' (a JSONL file of {\"prompt\": ...} lines, sent in file order)."
+        ),
     )
-    dataset_path: str | None = Field(None, description="ShareGPT JSON file (dataset=sharegpt).")
+    dataset_path: str | None = Field(
+        None, description="The prompts file: ShareGPT JSON (sharegpt) or JSONL (custom)."
+    )
     input_len: int = Field(1024, ge=1, le=1_048_576, description="Prompt tokens per request.")
     output_len: int = Field(128, ge=1, le=1_048_576, description="Generated tokens per request.")
     range_ratio: float = Field(
@@ -187,18 +232,61 @@ class Workload(Strict):
     ignore_eos: bool = Field(True, description="Generate exactly output_len tokens per request.")
     num_warmups: int = Field(8, ge=0, le=10_000, description="Warm-up requests before timing.")
     seed: int = Field(0, ge=0, le=2**31 - 1)
+    num_prefixes: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Distinct shared prefixes (dataset prefix_repetition); prompts per "
+        "prefix = num_prompts // num_prefixes.",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature (0: greedy).")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (top_p).")
+    top_k: int | None = Field(
+        None, ge=1, le=100_000, description="Top-k sampling (not an OpenAI field)."
+    )
+    ramp_up: RampUp | None = Field(
+        None,
+        description="Raise the request rate over each point instead of a fixed rate "
+        "(exclusive with request_rate).",
+    )
 
     @field_validator("dataset_path")
     @classmethod
     def _path(cls, v: str | None) -> str | None:
         return None if v is None else _safe(v, "dataset path", _SAFE_PATH)
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_defaults(handler(self), _ADDED_WORKLOAD_DEFAULTS)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 and self.top_p is None and self.top_k is None
+
     @model_validator(mode="after")
     def _dataset_needs_path(self) -> Workload:
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise FieldError("dataset_path", "dataset_path is required when dataset is 'sharegpt'")
-        if self.dataset == "random" and self.dataset_path:
-            raise FieldError("dataset_path", "dataset_path is only used with dataset 'sharegpt'")
+        if self.dataset in ("sharegpt", "custom") and not self.dataset_path:
+            raise FieldError(
+                "dataset_path", f"dataset_path is required when dataset is {self.dataset!r}"
+            )
+        if self.dataset in ("random", "prefix_repetition") and self.dataset_path:
+            raise FieldError(
+                "dataset_path", "dataset_path is only used with dataset 'sharegpt' or 'custom'"
+            )
+        if self.dataset == "custom" and not str(self.dataset_path).endswith(".jsonl"):
+            raise FieldError(
+                "dataset_path", "dataset 'custom' reads a JSONL file: its name ends in .jsonl"
+            )
+        if self.dataset == "prefix_repetition" and self.prefix_len < 1:
+            raise FieldError(
+                "prefix_len",
+                "dataset 'prefix_repetition' needs prefix_len >= 1 (the tokens each group of "
+                "prompts shares)",
+            )
+        if self.ramp_up is not None and self.request_rate is not None:
+            raise FieldError(
+                "ramp_up", "ramp_up sets the request rate itself: leave request_rate out"
+            )
         if self.dataset == "random" and not self.ignore_eos:
             # vLLM's bench client forces ignore-eos for random prompts, and the HF baseline
             # always generates output_len tokens: 'false' would be recorded but not true.
@@ -281,6 +369,35 @@ class HFBackend(Strict):
         return v
 
 
+class HFStaticCacheBackend(HFBackend):
+    """The sequential baseline with generate()'s static KV cache and a torch.compile'd
+    forward (``runners.hf_baselines``); compile time is recorded apart."""
+
+    kind: Literal["hf-static-cache"] = "hf-static-cache"  # type: ignore[assignment]
+    name: str = "hf-static-cache"
+    compile_backend: Literal["inductor", "aot_eager"] = Field(
+        "inductor", description="torch.compile backend (aot_eager: no code generation)."
+    )
+
+
+class HFBatchedBackend(Strict):
+    """An optimized batch-generation script: at each sweep point, the point's prompts
+    through generate() in static padded batches of the point's concurrency
+    (``runners.hf_baselines``)."""
+
+    kind: Literal["hf-batched"] = "hf-batched"
+    name: str = "hf-batched"
+    num_warmups: int = Field(1, ge=0, le=100)
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+
 # The runner sets these itself: the bench client must find the server, under the model's
 # name, without a key (and a key on a command line would be a leaked secret).
 _RESERVED_SERVE_FLAGS = ("--host", "--port", "--model", "--served-model-name", "--api-key")
@@ -308,6 +425,10 @@ FIELD_FLAGS = {
     "--enforce-eager": "enforce_eager",
     "--no-enforce-eager": "enforce_eager",
     "--speculative-config": "speculative_config",
+    "--enable-lora": "lora_adapters",
+    "--lora-modules": "lora_adapters",
+    "--max-loras": "lora_adapters",
+    "--max-lora-rank": "max_lora_rank",
 }
 
 # The only `vllm serve` flags extra_args may carry: engine tuning that reads no file, loads
@@ -416,11 +537,61 @@ def parallel_size(args: list[str], flag: str) -> int:
     return int(value) if value.isdecimal() and len(value) < 6 else 0
 
 
+class LoRAAdapter(Strict):
+    """A LoRA adapter served next to the base model, requested by its name."""
+
+    name: str = Field(description="The name requests use (the served adapter's model name).")
+    path: str = Field(description="Hub id or local directory of a PEFT LoRA adapter.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("adapter name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _safe(v, "adapter path", _SAFE_PATH)
+
+
+Api = Literal["completions", "chat"]
+LoRAAssignment = Literal["random", "round-robin"]
+API_ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+# VLLMBackend fields added after runs were stored, at their defaults: left out of
+# server_config() (and so of stored fingerprints) until a spec sets them.
+_ADDED_VLLM_DEFAULTS: dict[str, Any] = {
+    "api": "completions",
+    "lora_adapters": [],
+    "max_lora_rank": None,
+    "lora_assignment": "random",
+}
+# What a server is started with does not depend on these (one server serves both APIs).
+_REQUEST_ONLY_FIELDS = ("api", "lora_assignment")
+
+
 class VLLMBackend(Strict):
     """A vLLM OpenAI-compatible server, measured with vLLM's own bench client."""
 
     kind: Literal["vllm"] = "vllm"
     name: str = "vllm"
+    api: Api = Field(
+        "completions",
+        description="'completions' (/v1/completions) or 'chat' (/v1/chat/completions: the "
+        "server applies the model's chat template).",
+    )
+    lora_adapters: list[LoRAAdapter] = Field(
+        default_factory=list,
+        max_length=16,
+        description="LoRA adapters served with the base model (--enable-lora); requests are "
+        "spread over them (lora_assignment).",
+    )
+    max_lora_rank: int | None = Field(None, ge=1, le=1024, description="--max-lora-rank.")
+    lora_assignment: LoRAAssignment = Field(
+        "random", description="How requests pick an adapter: 'random' or 'round-robin'."
+    )
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     enable_prefix_caching: bool = Field(
         False,
@@ -472,6 +643,16 @@ class VLLMBackend(Strict):
                 raise ValueError(f"{flag} needs a whole number of at least 1")
         return v
 
+    @model_validator(mode="after")
+    def _adapters(self) -> VLLMBackend:
+        names = [a.name for a in self.lora_adapters]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldError(f"lora_adapters.{i}.name", f"adapter name {name!r} is used twice")
+        if self.max_lora_rank is not None and not self.lora_adapters:
+            raise FieldError("max_lora_rank", "max_lora_rank needs lora_adapters")
+        return self
+
     @property
     def gpus_per_server(self) -> int:
         """GPUs one server of this configuration uses: tensor x pipeline x data parallel."""
@@ -481,11 +662,191 @@ class VLLMBackend(Strict):
         return size
 
     def server_config(self) -> dict[str, Any]:
-        """The fields that need a server of their own (everything but the name)."""
-        return self.model_dump(exclude={"name", "kind", "startup_timeout_s"})
+        """The engine configuration (everything but the name): what the fingerprint
+        compares. Fields added later appear only when set."""
+        data = self.model_dump(mode="json", exclude={"name", "kind", "startup_timeout_s"})
+        return _without_defaults(data, _ADDED_VLLM_DEFAULTS)
+
+    def server_key(self) -> dict[str, Any]:
+        """What needs a server of its own: the engine configuration without the request
+        settings (one server answers completions and chat, any adapter assignment)."""
+        return {k: v for k, v in self.server_config().items() if k not in _REQUEST_ONLY_FIELDS}
+
+    @property
+    def lora_names(self) -> list[str]:
+        return [a.name for a in self.lora_adapters]
 
 
-Backend = Annotated[HFBackend | VLLMBackend, Field(discriminator="kind")]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_URL = re.compile(
+    r"^(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?(?P<path>(?:/[A-Za-z0-9._~\-]+)*)/?$"
+)
+
+
+def endpoint_url_parts(url: str) -> dict[str, str] | None:
+    """scheme, host (lowercase), port and path of an endpoint URL, or None when it is not
+    one (credentials, queries and fragments are never part of one)."""
+    match = _URL.match(url)
+    if not match:
+        return None
+    parts = match.groupdict()
+    scheme = parts["scheme"]
+    return {
+        "scheme": scheme,
+        "host": parts["host"].lower(),
+        "port": parts["port"] or ("443" if scheme == "https" else "80"),
+        "path": parts["path"] or "",
+    }
+
+
+class APIKey(Strict):
+    """Where the runner finds an endpoint's API key: never the key itself.
+
+    ``env``: an environment variable of the runner. ``secret``: a Kubernetes Secret in the
+    runner's namespace (and ``key`` in it), given to the runner Pod as an environment
+    variable (``EndpointBackend.key_env``). The key is sent as ``Authorization: Bearer``.
+    """
+
+    env: str | None = Field(None, description="Environment variable holding the key.")
+    secret: str | None = Field(None, description="Kubernetes Secret holding the key.")
+    key: str = Field("api-key", description="The key inside the Secret.")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if v is not None and not _ENV_NAME.match(v):
+            raise ValueError("env must be an environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        if v is not None and not _SECRET_NAME.match(v):
+            raise ValueError("secret must be a Kubernetes Secret name (lowercase DNS subdomain)")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if not re.match(r"^[-._A-Za-z0-9]{1,253}$", v):
+            raise ValueError("key must be a Secret key (letters, digits, '-', '_', '.')")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> APIKey:
+        if (self.env is None) == (self.secret is None):
+            raise ValueError("api_key needs exactly one of env (a variable) or secret")
+        return self
+
+
+class EndpointBackend(Strict):
+    """An OpenAI-compatible server that is already deployed (vLLM, SGLang, TGI, a gateway):
+    no server is started and no GPU requested; measured by vLLM's bench client."""
+
+    kind: Literal["endpoint"] = "endpoint"
+    name: str = "endpoint"
+    base_url: str = Field(
+        description="The server's root URL, without /v1 (requests go to BASE/v1/...), e.g. "
+        "http://vllm.prod.svc.cluster.local:8000. No credentials in it: use api_key.",
+        examples=["http://vllm.prod.svc.cluster.local:8000"],
+    )
+    model: str | None = Field(
+        None, description="The served model name requests carry; model.id when left out."
+    )
+    api: Api = Field("completions", description="'completions' or 'chat'.")
+    api_key: APIKey | None = Field(
+        None, description="Where the runner finds the key (a variable or a Secret), if any."
+    )
+    request_fields: Literal["vllm", "openai"] = Field(
+        "vllm",
+        description="'vllm': vLLM's bench client as is (it sends vLLM's extra fields: "
+        "repetition_penalty, ignore_eos, top_k; vLLM and SGLang accept them). 'openai': "
+        "only fields of the OpenAI API are sent, for servers that refuse others (TGI's "
+        "Messages API, transformers serve, strict gateways); output lengths can then not "
+        "be forced, and each measurement says how many responses came back shorter.",
+    )
+    lora_modules: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Adapter names this endpoint serves; requests are spread over them.",
+    )
+    lora_assignment: LoRAAssignment = "random"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if len(v) > 512:
+            raise ValueError("base_url is longer than 512 characters")
+        if "@" in v:
+            raise ValueError("base_url must not carry credentials; use api_key")
+        parts = endpoint_url_parts(v)
+        if parts is None:
+            raise ValueError(
+                "base_url must be http(s)://host[:port][/path] without query, fragment or "
+                "spaces, e.g. http://vllm.prod.svc.cluster.local:8000"
+            )
+        if parts["path"].rstrip("/").endswith("/v1"):
+            raise ValueError("leave /v1 out of base_url: requests go to BASE/v1/completions")
+        if not 0 < int(parts["port"]) < 65536:
+            raise ValueError("base_url's port must be between 1 and 65535")
+        return v.rstrip("/")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "served model name", _SAFE_PATH)
+
+    @field_validator("lora_modules")
+    @classmethod
+    def _loras(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _LABEL.match(name):
+                raise ValueError("adapter names are 1-63 letters, digits, '.', '_' or '-'")
+        if len(set(v)) != len(v):
+            raise ValueError("adapter names must be unique")
+        return v
+
+    @property
+    def host(self) -> str:
+        parts = endpoint_url_parts(self.base_url)
+        assert parts is not None  # validated
+        return parts["host"]
+
+    @property
+    def lora_names(self) -> list[str]:
+        return list(self.lora_modules)
+
+    def key_env(self) -> str | None:
+        """The environment variable the runner reads this endpoint's key from: the named
+        one, or for a Secret ``SERVEBENCH_ENDPOINT_KEY_<NAME>_<hash>`` (the Kubernetes Job
+        sets it from the Secret; the hash keeps 'a-b' and 'a_b' apart)."""
+        if self.api_key is None:
+            return None
+        if self.api_key.env is not None:
+            return self.api_key.env
+        stem = re.sub(r"[^A-Z0-9]", "_", self.name.upper())
+        digest = hashlib.sha256(self.name.encode()).hexdigest()[:6].upper()
+        return f"SERVEBENCH_ENDPOINT_KEY_{stem}_{digest}"
+
+    def server_config(self) -> dict[str, Any]:
+        """What the fingerprint compares: the target and how it is asked (not the key)."""
+        return self.model_dump(mode="json", exclude={"name", "kind", "api_key"})
+
+
+Backend = Annotated[
+    HFBackend | HFStaticCacheBackend | HFBatchedBackend | VLLMBackend | EndpointBackend,
+    Field(discriminator="kind"),
+]
+ServedBackend = VLLMBackend | EndpointBackend
 
 
 class SLO(Strict):
@@ -500,6 +861,99 @@ class SLO(Strict):
         if self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None:
             raise ValueError("an SLO needs at least one of ttft_ms, tpot_ms, e2el_ms")
         return self
+
+
+SLO_METRICS = tuple(
+    f"{stat}_{metric}_ms"
+    for metric in ("ttft", "tpot", "itl", "e2el")
+    for stat in ("mean", "median", "p90", "p99")
+)
+SEARCH_AXES = ("request_rate", "max_concurrency")
+
+
+class SLASearch(Strict):
+    """Find the highest request rate or concurrency at which a backend meets an SLO.
+
+    Adaptive (``runners.sla``): the low end, then the high end, then bisection between the
+    highest value that met the SLO and the lowest that did not, until they are within
+    ``tolerance`` (concurrency: adjacent) or ``max_points`` points were measured. Each
+    point is an ordinary measurement under the key ``<name>:<axis>=<value>``, with the
+    workload (and ``fixed``) at that load. Runs once per backend (repeat 0).
+    """
+
+    name: str = Field("sla", description="The sweep name of the search's points.")
+    axis: Literal["request_rate", "max_concurrency"]
+    slo: dict[str, float] = Field(
+        description="Latency limits in ms every search point must meet, keyed like the "
+        "metrics: {mean,median,p90,p99}_{ttft,tpot,itl,e2el}_ms, e.g. {p99_ttft_ms: 500}.",
+        min_length=1,
+        max_length=8,
+    )
+    low: float = Field(gt=0, description="The lowest load tried (measured first).")
+    high: float = Field(gt=0, description="The highest load tried (measured second).")
+    max_points: int = Field(8, ge=2, le=32, description="The most points the search measures.")
+    tolerance: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="Stop when the highest passing and the lowest failing load differ by "
+        "at most this fraction (concurrency: when they are adjacent).",
+    )
+    backends: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_BACKENDS,
+        description="Backend names to search on; empty: every vllm and endpoint backend.",
+    )
+    fixed: WorkloadOverrides = Field(
+        default_factory=WorkloadOverrides,
+        description="Workload fields held at a value of the search's own.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("the search's name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, limit in v.items():
+            if key not in SLO_METRICS:
+                raise FieldError(
+                    key, f"{key!r} is not a latency metric; use one of {', '.join(SLO_METRICS)}"
+                )
+            if not (isinstance(limit, int | float) and math.isfinite(limit) and limit > 0):
+                raise FieldError(key, "an SLO limit is a positive number of milliseconds")
+        return {k: float(x) for k, x in v.items()}
+
+    @model_validator(mode="after")
+    def _range(self) -> SLASearch:
+        if self.low >= self.high:
+            raise FieldError("high", "high must be above low")
+        if self.axis == "max_concurrency":
+            for field in ("low", "high"):
+                value = getattr(self, field)
+                if value != int(value):
+                    raise FieldError(field, "a concurrency is a whole number")
+            if self.high > MAX_CONCURRENCY:
+                raise FieldError("high", f"concurrency is at most {MAX_CONCURRENCY}")
+        if getattr(self.fixed, self.axis) is not None:
+            raise FieldError(
+                f"fixed.{self.axis}", f"'fixed' must not pin the searched axis {self.axis}"
+            )
+        return self
+
+    def describe_slo(self) -> str:
+        """'p99 TTFT <= 500 ms, p99 TPOT <= 50 ms'."""
+        return ", ".join(slo_text(k, v) for k, v in self.slo.items())
+
+
+def slo_text(key: str, limit: float) -> str:
+    """'p99_ttft_ms', 500 -> 'p99 TTFT <= 500 ms'."""
+    stat, metric, _ = key.split("_")
+    return f"{stat} {metric.upper()} <= {limit:g} ms"
 
 
 class Resources(Strict):
@@ -519,6 +973,15 @@ class Resources(Strict):
     cpu: str | None = Field(None, description="CPU request, Kubernetes quantity ('8').")
     memory: str | None = Field(None, description="Memory request, Kubernetes quantity ('64Gi').")
     timeout_minutes: int = Field(180, ge=1, le=7 * 24 * 60, description="Deadline for the run.")
+    gpu_hour_price: float | None = Field(
+        None,
+        ge=0,
+        le=10_000,
+        description=(
+            "Price of one GPU for one hour, for the cost per million output tokens; the "
+            "portal's default for the GPU type when null (SERVEBENCH_GPU_HOUR_PRICES)."
+        ),
+    )
 
     @field_validator("gpu_type", "image", "cpu", "memory")
     @classmethod
@@ -550,6 +1013,11 @@ class Spec(Strict):
     )
     repeats: int = Field(1, ge=1, le=MAX_REPEATS)
     slo: SLO | None = None
+    sla_search: SLASearch | None = Field(
+        None,
+        description="Find the highest request rate or concurrency that meets an SLO "
+        "(an adaptive search of at most max_points points per backend).",
+    )
     resources: Resources = Field(default_factory=Resources)
 
     @field_validator("name")
@@ -558,6 +1026,10 @@ class Spec(Strict):
         if v is not None and _FREE_TEXT_BAD.search(v):
             raise ValueError("name must not contain control characters")
         return v
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_defaults(handler(self), {"sla_search": None})
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
@@ -579,20 +1051,34 @@ class Spec(Strict):
                 )
         self._dataset_rules()
         self._parallelism_rules()
+        self._endpoint_rules()
+        self._search_rules()
         self._unlimited_concurrency_under_a_rate()
-        npoints = len(self.points()) * len(self.vllm_backends) * self.repeats
-        npoints += len(self.hf_backends) * self.repeats
+        npoints = self.total_measurements()
         if npoints > MAX_POINTS:
             raise ValueError(
                 f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}"
             )
         sweep_index = {s.name: i for i, s in enumerate(self.sweeps)}
-        for point in self.points():
+        search = self.sla_search
+        checked = self.points() + ([search_point(self, search.low)] if search else [])
+        generated = self.workload.dataset in ("random", "prefix_repetition")
+        for point in checked:
             total = point.input_len + point.output_len + self.workload.prefix_len
-            if self.workload.dataset == "random" and total > self.model.max_model_len:
+            if point.num_prompts < self.workload.num_prefixes and (
+                self.workload.dataset == "prefix_repetition"
+            ):
+                raise FieldError(
+                    "workload.num_prefixes",
+                    f"point {point.key}: num_prompts {point.num_prompts} is below num_prefixes "
+                    f"{self.workload.num_prefixes}; every prefix needs a prompt",
+                )
+            if generated and total > self.model.max_model_len:
                 where = (
                     f"sweeps.{sweep_index[point.sweep]}.values"
                     if point.sweep in sweep_index
+                    else "sla_search.fixed.input_len"
+                    if search and point.sweep == search.name
                     else "workload.input_len"
                 )
                 raise FieldError(
@@ -601,8 +1087,8 @@ class Spec(Strict):
                     f"exceeds model.max_model_len {self.model.max_model_len}",
                 )
         for i, b in enumerate(self.backends):
-            if not isinstance(b, HFBackend):
-                continue
+            if not isinstance(b, HFBackend) or not generated:
+                continue  # a prompt file's prompts have the lengths they have
             total = (b.input_len or self.workload.input_len) + (
                 b.output_len or self.workload.output_len
             )
@@ -615,30 +1101,53 @@ class Spec(Strict):
         return self
 
     def _dataset_rules(self) -> None:
-        """ShareGPT prompts come from the file: the HF baseline (random prompts of
-        input_len tokens) would measure something else, and input_len changes nothing."""
-        if self.workload.dataset != "sharegpt":
+        """The HF baseline must send the prompts the servers get: random ones of input_len
+        tokens, or the custom file's (in file order, with the chat template when the
+        servers are asked through chat), greedily. ShareGPT and prefix-repetition prompts
+        it cannot reproduce, sampling it does not do. A file's prompts make input_len
+        meaningless."""
+        w = self.workload
+        hf = [i for i, b in enumerate(self.backends) if isinstance(b, HFBackend | HFBatchedBackend)]
+        if hf and w.dataset in ("sharegpt", "prefix_repetition"):
+            raise FieldError(
+                f"backends.{hf[0]}.kind",
+                f"the HF baseline cannot send the {w.dataset} prompts of the other backends "
+                "(it sends random prompts of input_len tokens, or a custom JSONL file's), so "
+                "the two would not compare; remove the hf-sequential backend or use dataset "
+                "'random' or 'custom'",
+            )
+        if hf and not w.greedy:
+            field = "temperature" if w.temperature != 0 else "top_p" if w.top_p else "top_k"
+            raise FieldError(
+                f"workload.{field}",
+                "the HF baseline decodes greedily, so sampled requests to the other backends "
+                "would not compare with it; remove the hf-sequential backend or sample "
+                "greedily (temperature 0, no top_p or top_k)",
+            )
+        if hf and w.dataset == "custom" and len({b.api for b in self.served_backends}) > 1:
+            first = next(
+                i for i, b in enumerate(self.backends) if getattr(b, "api", None) == "chat"
+            )
+            raise FieldError(
+                f"backends.{first}.api",
+                "with a custom prompt file the HF baseline sends the prompts as the servers "
+                "get them (the chat template applied when they are asked through chat), so "
+                "every vllm and endpoint backend must use the same api",
+            )
+        if w.dataset not in ("sharegpt", "custom"):
             return
-        for i, b in enumerate(self.backends):
-            if isinstance(b, HFBackend):
-                raise FieldError(
-                    f"backends.{i}.kind",
-                    "the HF baseline sends random prompts of input_len tokens, not the "
-                    "ShareGPT prompts of the vLLM points, so the two would not compare; "
-                    "remove the hf-sequential backend or use dataset 'random'",
-                )
         for i, sweep in enumerate(self.sweeps):
             if sweep.axis == "input_len":
                 raise FieldError(
                     f"sweeps.{i}.axis",
-                    "with dataset 'sharegpt' the prompts come from the file, so an input_len "
-                    "sweep changes nothing; sweep output_len, max_concurrency or "
+                    f"with dataset {w.dataset!r} the prompts come from the file, so an "
+                    "input_len sweep changes nothing; sweep output_len, max_concurrency or "
                     "request_rate, or use dataset 'random'",
                 )
             if sweep.fixed.input_len is not None:
                 raise FieldError(
                     f"sweeps.{i}.fixed.input_len",
-                    "with dataset 'sharegpt' the prompts come from the file; input_len "
+                    f"with dataset {w.dataset!r} the prompts come from the file; input_len "
                     "changes nothing",
                 )
 
@@ -658,14 +1167,88 @@ class Spec(Strict):
                 "lower the parallelism",
             )
 
+    def _endpoint_rules(self) -> None:
+        """Endpoints get what they can take; a spec of only endpoints needs no GPU."""
+        w = self.workload
+        for b in self.backends:
+            if isinstance(b, EndpointBackend) and b.request_fields == "openai" and w.top_k:
+                raise FieldError(
+                    "workload.top_k",
+                    f"endpoint {b.name!r} takes only OpenAI fields (request_fields: openai), "
+                    "and top_k is not one; leave top_k out or set request_fields: vllm",
+                )
+        if not self.backends or any(not isinstance(b, EndpointBackend) for b in self.backends):
+            return
+        if "gpu_count" not in self.resources.model_fields_set:
+            # Written into the spec as executed: the runner Job asks for no GPU.
+            self.resources = self.resources.model_copy(update={"gpu_count": 0})
+        elif self.resources.gpu_count > 0:
+            raise FieldError(
+                "resources.gpu_count",
+                "every backend is an endpoint: the runner starts no server and needs no GPU; "
+                "set gpu_count to 0 or leave it out",
+            )
+
+    def _search_rules(self) -> None:
+        search = self.sla_search
+        if search is None:
+            return
+        if search.name == "baseline" or search.name in {s.name for s in self.sweeps}:
+            raise FieldError(
+                "sla_search.name",
+                f"{search.name!r} is taken by a sweep (or the HF baseline); name the search "
+                "otherwise",
+            )
+        served = {b.name for b in self.served_backends}
+        if not served:
+            raise FieldError(
+                "sla_search", "an SLA search needs a vllm or endpoint backend to search on"
+            )
+        for i, name in enumerate(search.backends):
+            if name not in served:
+                raise FieldError(
+                    f"sla_search.backends.{i}",
+                    f"{name!r} is not a vllm or endpoint backend of this spec "
+                    f"({', '.join(sorted(served))})",
+                )
+        if search.axis == "request_rate" and self.workload.ramp_up is not None:
+            raise FieldError(
+                "sla_search.axis",
+                "a request_rate search sets the rate of each point; remove workload.ramp_up",
+            )
+        if search.axis == "request_rate" and search.fixed.max_concurrency is None:
+            # As under a request_rate sweep: the arrivals set the load, not a cap.
+            prompts = search.fixed.num_prompts or self.workload.num_prompts
+            search.fixed = search.fixed.model_copy(update={"max_concurrency": prompts})
+        if search.axis == "max_concurrency" and self.workload.ramp_up is not None:
+            raise FieldError(
+                "sla_search.axis",
+                "a max_concurrency search sends every request at once; remove "
+                "workload.ramp_up, or search on request_rate",
+            )
+
     def _unlimited_concurrency_under_a_rate(self) -> None:
         """Under a request rate the arrivals set the load: unless the spec caps it, the
         client's concurrency is unlimited (num_prompts), written into the spec so the
-        spec as executed says so (the default of 1 would silently serialise the rate)."""
+        spec as executed says so (the default of 1 would silently serialise the rate).
+        The same under a ramp-up of the rate."""
+        w = self.workload
+        for i, sweep in enumerate(self.sweeps):
+            if sweep.axis == "request_rate" and w.ramp_up is not None:
+                raise FieldError(
+                    f"sweeps.{i}.axis",
+                    "a request_rate sweep sets the rate of each point; remove workload.ramp_up",
+                )
+            if sweep.fixed.request_rate is not None and w.ramp_up is not None:
+                raise FieldError(
+                    f"sweeps.{i}.fixed.request_rate",
+                    "workload.ramp_up sets the request rate itself: leave request_rate out",
+                )
         if "max_concurrency" in self.workload.model_fields_set:
             return
-        w = self.workload
-        if w.request_rate is not None and w.max_concurrency < w.num_prompts:
+        if (w.request_rate is not None or w.ramp_up is not None) and (
+            w.max_concurrency < w.num_prompts
+        ):
             self.workload = w.model_copy(update={"max_concurrency": w.num_prompts})
         for sweep in self.sweeps:
             if sweep.axis != "request_rate" or sweep.fixed.max_concurrency is not None:
@@ -678,17 +1261,43 @@ class Spec(Strict):
         return [b for b in self.backends if isinstance(b, HFBackend)]
 
     @property
+    def batched_backends(self) -> list[HFBatchedBackend]:
+        """The hf-batched baselines, measured at every sweep point like a server."""
+        return [b for b in self.backends if isinstance(b, HFBatchedBackend)]
+
+    @property
     def vllm_backends(self) -> list[VLLMBackend]:
         return [b for b in self.backends if isinstance(b, VLLMBackend)]
 
+    @property
+    def endpoint_backends(self) -> list[EndpointBackend]:
+        return [b for b in self.backends if isinstance(b, EndpointBackend)]
+
+    @property
+    def served_backends(self) -> list[ServedBackend]:
+        """The backends measured at the sweep points: vLLM servers and endpoints."""
+        return [b for b in self.backends if isinstance(b, VLLMBackend | EndpointBackend)]
+
+    @property
+    def search_backends(self) -> list[ServedBackend]:
+        """The backends the SLA search runs on (none without a search)."""
+        if self.sla_search is None:
+            return []
+        wanted = set(self.sla_search.backends)
+        return [b for b in self.served_backends if not wanted or b.name in wanted]
+
     def points(self) -> list[Point]:
-        """The vLLM sweep points in execution order (a spec with no sweep has one)."""
+        """The sweep points in execution order (a spec with no sweep has one)."""
         return list(_iter_points(self))
 
     def total_measurements(self) -> int:
-        """How many measurements a complete run of this spec reports."""
-        per_repeat = len(self.hf_backends) + len(self.vllm_backends) * len(self.points())
-        return per_repeat * self.repeats
+        """How many measurements a complete run of this spec reports, at most: an SLA
+        search that converges early measures fewer than its max_points
+        (``runners.sla.expected_measurements`` counts a finished run's)."""
+        at_points = len(self.served_backends) + len(self.batched_backends)
+        per_repeat = len(self.hf_backends) + at_points * len(self.points())
+        search = self.sla_search.max_points * len(self.search_backends) if self.sla_search else 0
+        return per_repeat * self.repeats + search
 
 
 class Point(BaseModel):
@@ -737,6 +1346,27 @@ def _iter_points(spec: Spec) -> Iterator[Point]:
             yield Point(sweep=sweep.name, axis=sweep.axis, value=value, **fields)
 
 
+def search_point(spec: Spec, value: float) -> Point:
+    """The SLA search's point at ``value`` of its axis (the workload, the search's fixed
+    fields, the axis at ``value``)."""
+    search = spec.sla_search
+    if search is None:
+        raise ValueError("the spec has no sla_search")
+    w = spec.workload
+    fields: dict[str, Any] = {
+        "input_len": w.input_len,
+        "output_len": w.output_len,
+        "max_concurrency": w.max_concurrency,
+        "num_prompts": w.num_prompts,
+        "request_rate": w.request_rate,
+    }
+    fields |= {k: v for k, v in search.fixed.model_dump().items() if v is not None}
+    fields[search.axis] = int(value) if search.axis == "max_concurrency" else value
+    if search.axis == "max_concurrency" and search.fixed.request_rate is None:
+        fields["request_rate"] = None  # the concurrency sets the load: all at once
+    return Point(sweep=search.name, axis=search.axis, value=value, **fields)
+
+
 def hf_point(spec: Spec, backend: HFBackend) -> Point:
     """The single point the HF sequential baseline measures."""
     return Point(
@@ -776,6 +1406,24 @@ def seed_experiment() -> Spec:
     )
 
 
+def seed_all_baselines() -> Spec:
+    """The seed experiment against every Hugging Face baseline: the sequential loop, the
+    static-cache compiled loop, and static batches of each point's concurrency."""
+    seed = seed_experiment()
+    return Spec(
+        name="Seed experiment: Qwen3-0.6B, every HF baseline vs vLLM",
+        model=seed.model,
+        workload=seed.workload,
+        sweeps=seed.sweeps,
+        backends=[
+            HFBackend(input_len=1024, output_len=128),
+            HFStaticCacheBackend(input_len=1024, output_len=128),
+            HFBatchedBackend(),
+            VLLMBackend(),
+        ],
+    )
+
+
 def tiny_demo(model_dir: str) -> Spec:
     """A CPU-sized run on the tiny test model: the demo and the end-to-end tests use it."""
     return Spec(
@@ -798,6 +1446,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         ),
         "build": seed_experiment,
     },
+    "seed-all-baselines": {
+        "title": "Seed experiment, every HF baseline (Qwen3-0.6B)",
+        "description": (
+            "The seed experiment against hf-sequential, hf-static-cache (static KV cache, "
+            "torch.compile) and hf-batched (static batches of each point's concurrency)."
+        ),
+        "build": seed_all_baselines,
+    },
+}
+
+# A preset that needs a model directory (the tiny model, built offline): offered by a portal
+# that knows where that directory is (SERVEBENCH_TINY_MODEL_DIR), built with ``tiny_demo``.
+TINY_DEMO = "tiny-demo"
+TINY_DEMO_PRESET: dict[str, str] = {
+    "title": "Tiny demo model (CPU, a few minutes)",
+    "description": (
+        "The tiny random Qwen3-shaped model built offline: HF sequential baseline (8 "
+        "prompts) and vLLM at concurrency 1/4/16, 128 in / 32 out, 32 prompts; no GPU."
+    ),
 }
 
 
@@ -823,11 +1490,14 @@ class SpecError(ValueError):
         super().__init__(f"{where}{first['message']}{more}")
 
 
+BACKEND_KINDS = ("hf-sequential", "hf-static-cache", "hf-batched", "vllm", "endpoint")
+
+
 def errors_from(exc: ValidationError) -> list[dict[str, str]]:
     """Flatten pydantic errors to {field: 'a.b.0.c', message} with readable text."""
     out = []
     for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err["loc"] if p not in ("hf-sequential", "vllm")]
+        loc = [str(p) for p in err["loc"] if p not in BACKEND_KINDS]
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, FieldError):
             loc.append(cause.field)

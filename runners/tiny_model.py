@@ -5,21 +5,35 @@ FIELD-NOTES: head_dim 64 (vLLM's CPU attention rejects 16), one KV head, 2 layer
 vocabulary 512 with a byte-level BPE trained here on a built-in corpus. Weights are
 random (seeded), so generated text is noise; only the serving machinery is exercised.
 
+The tokenizer carries a ChatML-style chat template (``CHAT_TEMPLATE``), so
+``/v1/chat/completions`` works on it (vLLM refuses chat for a model without one), and
+``build_lora`` writes a PEFT LoRA adapter for it (random, seeded) so adapters can be
+served next to the base model.
+
 The build is deterministic: the same version of this module writes the same files.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 # Bump when the recipe changes so cached copies are rebuilt under a new name.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: a chat template
 EOS = "<|endoftext|>"
 VOCAB_SIZE = 512
 SEED = 1234
+# ChatML, as Qwen models use it; the markers are plain text to this small vocabulary.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 _CORPUS = """\
 The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs.
@@ -60,12 +74,14 @@ def _tokenizer():
     )
     # Repeat the corpus so enough merges are frequent to fill the vocabulary.
     tok.train_from_iterator([_CORPUS] * 8, trainer=trainer)
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS,
         pad_token=EOS,
         model_max_length=4096,
     )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
 
 
 def _model(eos_id: int):
@@ -127,3 +143,52 @@ def ensure(target: str | Path | None = None) -> Path:
         if (path / "config.json").exists():
             return path
         raise
+
+
+LORA_RANK = 8
+LORA_TARGETS = ("q_proj", "v_proj")
+
+
+def build_lora(target: str | Path, base: str | Path, seed: int = 1) -> Path:
+    """Write a PEFT LoRA adapter (rank ``LORA_RANK`` on ``LORA_TARGETS``) for the tiny
+    model at ``base`` into ``target``: random seeded weights, so each seed is another
+    adapter. vLLM serves it with ``--enable-lora --lora-modules NAME=TARGET``.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    base = Path(base).expanduser().resolve()
+    config = json.loads((base / "config.json").read_text())
+    hidden, head_dim = config["hidden_size"], config["head_dim"]
+    out_features = {
+        "q_proj": config["num_attention_heads"] * head_dim,
+        "v_proj": config["num_key_value_heads"] * head_dim,
+    }
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(config["num_hidden_layers"]):
+        for module in LORA_TARGETS:
+            stem = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            a = torch.randn(LORA_RANK, hidden, generator=gen) * 0.02
+            b = torch.randn(out_features[module], LORA_RANK, generator=gen) * 0.02
+            tensors[f"{stem}.lora_A.weight"] = a.to(torch.bfloat16).contiguous()
+            tensors[f"{stem}.lora_B.weight"] = b.to(torch.bfloat16).contiguous()
+    target = Path(target).expanduser().resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target / "adapter_model.safetensors"))
+    adapter = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": str(base),
+        "r": LORA_RANK,
+        "lora_alpha": 2 * LORA_RANK,
+        "lora_dropout": 0.0,
+        "target_modules": list(LORA_TARGETS),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "modules_to_save": None,
+        "use_rslora": False,
+        "use_dora": False,
+    }
+    (target / "adapter_config.json").write_text(json.dumps(adapter, indent=2) + "\n")
+    return target

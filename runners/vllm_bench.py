@@ -1,4 +1,4 @@
-"""One vLLM sweep point: vLLM's bench client against a running server, parsed.
+"""One sweep point: vLLM's bench client against a running server or endpoint, parsed.
 
 The client is vLLM's own (``runners.bench_client``) with every flag explicit, including
 the ones whose defaults moved between releases (``--temperature 0``, percentiles,
@@ -8,6 +8,16 @@ per-request arrays) and ``detail`` (the arrays, minus generated texts).
 
 A point where any request failed, or none completed, is a *failed* measurement carrying
 the client's errors; its metrics are left empty so no chart ever plots a zero.
+
+The target is a ``VLLMServer`` the runner started or an ``Endpoint`` already deployed
+(``runners.endpoint``): the same client, flags and parsing, so the numbers compare. An
+endpoint's key reaches the client only as ``OPENAI_API_KEY`` in its environment; an
+endpoint that takes only OpenAI fields is driven through the client's request adapter
+(``runners.bench_client --openai-fields-only``). ``raw["servebench"]`` says how the
+requests were made: the API, the fields dropped, and whether output lengths were forced
+(``output_len``: ``forced``, ``natural`` when the spec let responses end at EOS, ``not
+forced`` when the endpoint could not be asked to) with how many responses came back
+shorter than requested.
 
 The client run is bracketed by ``runners.conditions.Watch``: the ``conditions`` of the
 point (CPU time of the server, its engine and the client against wall time, other
@@ -29,13 +39,24 @@ from typing import Any
 
 import requests
 
+from runners import causes, nvml, procs
 from runners import conditions as cond
-from runners import procs
+from runners import telemetry as tm
+from runners.bench_client import OPENAI_ONLY_FLAG, REPORT_ENV
+from runners.endpoint import Endpoint, missing_key_reason, served_model
 from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
 from runners.server_metrics import PointWatcher
-from runners.spec import Point, Spec, VLLMBackend
+from runners.spec import API_ENDPOINTS, EndpointBackend, Point, ServedBackend, Spec, VLLMBackend
 from runners.vllm_server import VLLMServer
 
+Target = VLLMServer | Endpoint
+
+
+class _Skip(Exception):
+    """The point cannot run (its reason is already set)."""
+
+
+ENDPOINT_GPUS = "the endpoint's server runs on other GPUs than this machine's"
 PER_REQUEST_KEYS = (
     "input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
     "errors",
@@ -43,30 +64,68 @@ PER_REQUEST_KEYS = (
 DROPPED_KEYS = ("generated_texts",)  # noise for random prompts, and megabytes of it
 
 
-def bench_flags(spec: Spec, point: Point, base_url: str, result_path: Path) -> list[str]:
-    """Every `vllm bench serve` flag for this point."""
+def openai_only(backend: ServedBackend | None) -> bool:
+    """Whether requests to this backend may carry only OpenAI fields."""
+    return isinstance(backend, EndpointBackend) and backend.request_fields == "openai"
+
+
+def _dataset_flags(spec: Spec, point: Point) -> list[str]:
     w = spec.workload
-    m = spec.model
-    flags = ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions"]
-    flags += ["--model", m.id]
-    if m.tokenizer:
-        flags += ["--tokenizer", m.tokenizer]
-    if m.trust_remote_code:
-        flags.append("--trust-remote-code")
     if w.dataset == "random":
-        flags += [
+        return [
             "--dataset-name", "random",
             "--random-input-len", str(point.input_len),
             "--random-output-len", str(point.output_len),
             "--random-range-ratio", str(w.range_ratio),
             "--random-prefix-len", str(w.prefix_len),
         ]  # fmt: skip
-    else:
-        flags += [
-            "--dataset-name", "sharegpt",
-            "--dataset-path", str(w.dataset_path),
-            "--sharegpt-output-len", str(point.output_len),
+    if w.dataset == "prefix_repetition":
+        return [
+            "--dataset-name", "prefix_repetition",
+            "--prefix-repetition-prefix-len", str(w.prefix_len),
+            "--prefix-repetition-suffix-len", str(point.input_len),
+            "--prefix-repetition-num-prefixes", str(w.num_prefixes),
+            "--prefix-repetition-output-len", str(point.output_len),
         ]  # fmt: skip
+    if w.dataset == "custom":
+        # File order (the HF baseline takes the same first prompts); the prompt as written:
+        # a chat server applies the template itself, a completions one gets the text.
+        return [
+            "--dataset-name", "custom",
+            "--dataset-path", str(w.dataset_path),
+            "--custom-output-len", str(point.output_len),
+            "--disable-shuffle", "--skip-chat-template",
+        ]  # fmt: skip
+    return [
+        "--dataset-name", "sharegpt",
+        "--dataset-path", str(w.dataset_path),
+        "--sharegpt-output-len", str(point.output_len),
+    ]  # fmt: skip
+
+
+def bench_flags(
+    spec: Spec,
+    point: Point,
+    base_url: str,
+    result_path: Path,
+    backend: ServedBackend | None = None,
+) -> list[str]:
+    """Every `vllm bench serve` flag for this point (``backend`` default: a vLLM server
+    asked through completions)."""
+    w = spec.workload
+    m = spec.model
+    api = backend.api if backend is not None else "completions"
+    endpoint = isinstance(backend, EndpointBackend)
+    client = "openai-chat" if api == "chat" else "openai" if endpoint else "vllm"
+    flags = ["--backend", client, "--base-url", base_url, "--endpoint", API_ENDPOINTS[api]]
+    flags += ["--model", m.id]
+    if isinstance(backend, EndpointBackend) and served_model(spec, backend) != m.id:
+        flags += ["--served-model-name", served_model(spec, backend)]
+    if m.tokenizer:
+        flags += ["--tokenizer", m.tokenizer]
+    if m.trust_remote_code:
+        flags.append("--trust-remote-code")
+    flags += _dataset_flags(spec, point)
     rate = "inf" if point.request_rate is None else str(point.request_rate)
     flags += [
         "--num-prompts", str(point.num_prompts),
@@ -75,11 +134,24 @@ def bench_flags(spec: Spec, point: Point, base_url: str, result_path: Path) -> l
         "--burstiness", str(w.burstiness),
         "--seed", str(w.seed),
         "--num-warmups", str(w.num_warmups),
-        "--temperature", "0",
+        "--temperature", f"{w.temperature:g}",
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99",
     ]  # fmt: skip
-    if w.ignore_eos:
+    if w.top_p is not None:
+        flags += ["--top-p", f"{w.top_p:g}"]
+    if w.top_k is not None:
+        flags += ["--top-k", str(w.top_k)]
+    if w.ramp_up is not None:
+        flags += [
+            "--ramp-up-strategy", w.ramp_up.strategy,
+            "--ramp-up-start-rps", str(w.ramp_up.start_rps),
+            "--ramp-up-end-rps", str(w.ramp_up.end_rps),
+        ]  # fmt: skip
+    if backend is not None and backend.lora_names:
+        flags += ["--lora-modules", *backend.lora_names]
+        flags += ["--lora-assignment", backend.lora_assignment]
+    if w.ignore_eos and not openai_only(backend):
         flags.append("--ignore-eos")
     if spec.slo:
         slo = spec.slo.model_dump(exclude_none=True)
@@ -93,7 +165,11 @@ def bench_flags(spec: Spec, point: Point, base_url: str, result_path: Path) -> l
     return flags
 
 
-def bench_command(flags: list[str]) -> str:
+def bench_command(flags: list[str], backend: ServedBackend | None = None) -> str:
+    """The client command a person would type; through the request adapter for an
+    endpoint that takes only OpenAI fields (``vllm bench serve`` has no such mode)."""
+    if openai_only(backend):
+        return shlex.join(["python", "-m", "runners.bench_client", OPENAI_ONLY_FLAG, *flags])
     return shlex.join(["vllm", "bench", "serve", *flags])
 
 
@@ -128,77 +204,178 @@ def client_failure(data: dict[str, Any], limit: int = 3) -> str | None:
     return f"{head}; errors: " + " | ".join(seen[:limit]) + more
 
 
-def probe(server: VLLMServer, spec: Spec, point: Point) -> str | None:
+def probe(
+    target: Target, spec: Spec, point: Point, backend: ServedBackend | None = None
+) -> str | None:
     """Send one request shaped like the point's and quote the server's refusal, if any.
 
     The bench client records only the HTTP reason ('Bad Request'); the server's answer
-    says what to change ("maximum context length is 512 tokens...").
+    says what to change ("maximum context length is 512 tokens...", "extra fields not
+    permitted"). The body carries the fields the client sends to this backend.
     """
-    if spec.workload.dataset != "random":
+    w = spec.workload
+    endpoint = isinstance(backend, EndpointBackend)
+    if w.dataset not in ("random", "prefix_repetition") and not endpoint:
         return None
-    body = {
-        "model": spec.model.id,
-        "prompt": [100] * (point.input_len + spec.workload.prefix_len),
-        "max_tokens": point.output_len,
-        "temperature": 0,
-    }
+    api = backend.api if backend is not None else "completions"
+    length = point.input_len + w.prefix_len
+    model = served_model(spec, backend) if isinstance(backend, EndpointBackend) else spec.model.id
+    if backend is not None and backend.lora_names:
+        model = backend.lora_names[0]  # the client asks for adapters by name
+    body: dict[str, Any] = {"model": model, "temperature": w.temperature}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": "hello " * length}]
+        body["max_completion_tokens"] = point.output_len
+    else:
+        body["prompt"] = "hello " * length if endpoint else [100] * length
+        body["max_tokens"] = point.output_len
+        if not openai_only(backend):
+            body["repetition_penalty"] = 1.0  # as vLLM's client sends it
+    if w.ignore_eos and not openai_only(backend):
+        body["ignore_eos"] = True
+    headers = target.headers if isinstance(target, Endpoint) else {}
     try:
-        response = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=120)
+        response = requests.post(
+            f"{target.base_url}{API_ENDPOINTS[api]}", json=body, headers=headers, timeout=120
+        )
     except requests.RequestException:
         return None
     if response.status_code == 200:
         return None
     try:
-        message = response.json()["error"]["message"]
+        message = str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = response.text
-    return f"a request of this shape is refused with {response.status_code}: {message[:500]}"
+    if isinstance(target, Endpoint) and target.key:
+        message = message.replace(target.key, "[api key]")
+    why = f"a request of this shape is refused with {response.status_code}: {message[:500]}"
+    if endpoint and not openai_only(backend) and response.status_code in (400, 422):
+        why += (
+            " (if the server takes only OpenAI fields, set request_fields: openai on this "
+            "endpoint: vLLM's client sends repetition_penalty and ignore_eos)"
+        )
+    return why
 
 
 def point_info(point: Point) -> PointInfo:
     return PointInfo(key=point.key, **point.model_dump())
 
 
+def request_facts(
+    spec: Spec, backend: ServedBackend, point: Point, detail: dict[str, Any], adapted: dict
+) -> dict[str, Any]:
+    """How the requests were made (``raw["servebench"]``): API, fields dropped and added
+    by the request adapter, and the output lengths of the requests that succeeded."""
+    asked = spec.workload.ignore_eos or spec.workload.dataset == "random"
+    if openai_only(backend) and asked:
+        output_len = "not forced"
+    else:
+        output_len = "forced" if asked else "natural"
+    errors = detail.get("errors") or []
+    lens = [
+        n
+        for i, n in enumerate(detail.get("output_lens") or [])
+        if isinstance(n, int | float) and not (i < len(errors) and errors[i])
+    ]
+    short = sum(1 for n in lens if n < point.output_len)
+    long = sum(1 for n in lens if n > point.output_len)
+    facts: dict[str, Any] = {
+        "api": backend.api,
+        "request_fields": getattr(backend, "request_fields", "vllm"),
+        "output_len": output_len,
+        "requested_output_len": point.output_len,
+        "short_responses": short,
+        "long_responses": long,
+        "responses": len(lens),
+    }
+    for key in ("dropped_fields", "added_fields"):
+        if adapted.get(key):
+            facts[key] = adapted[key]
+    if output_len == "not forced":
+        facts["note"] = (
+            "output lengths could not be forced: this endpoint takes only OpenAI fields "
+            f"(no ignore_eos); {short} of {len(lens)} responses ended before "
+            f"{point.output_len} tokens"
+            + (f" and {long} ran past it (the server ignored the limit)" if long else "")
+            + "; the metrics count the tokens that came back"
+        )
+    return facts
+
+
+def _client_env(target: Target, backend: ServedBackend, report: Path) -> dict[str, str]:
+    env = procs.python_env()
+    env.pop("OPENAI_API_KEY", None)  # only an endpoint's own key, never one inherited
+    if isinstance(target, Endpoint) and target.key:
+        env["OPENAI_API_KEY"] = target.key
+    if openai_only(backend):
+        env[REPORT_ENV] = str(report)
+    return env
+
+
+def _unavailable(target: Target) -> str | None:
+    """Why an endpoint's point cannot run at all (no key, no answer), or None."""
+    if not isinstance(target, Endpoint):
+        return None
+    if target.key_missing:
+        return missing_key_reason(target.backend)
+    if not target.alive:
+        return target.unreachable_reason()
+    return None
+
+
 def measure_point(
-    server: VLLMServer,
+    target: Target,
     spec: Spec,
-    backend: VLLMBackend,
+    backend: ServedBackend,
     point: Point,
     repeat: int,
     workdir: Path,
     cores: cond.Cores | None = None,
 ) -> Measurement:
-    """Run the bench client for one point against ``server``; never raises for a bad point.
+    """Run the bench client for one point against ``target`` (a vLLM server the runner
+    started, or an endpoint); never raises for a bad point.
 
     KeyboardInterrupt (Ctrl-C, SIGTERM via the CLI's handler) propagates after the
     client's process group is stopped.
     """
     started_at, t0 = utcnow(), time.monotonic()
+    is_endpoint = isinstance(backend, EndpointBackend)
     stem = f"{backend.name}-{point.key.replace(':', '-').replace('=', '')}-r{repeat}"
     result_path = workdir / f"{stem}.json"
     log_path = workdir / f"{stem}.client.log"
+    report_path = workdir / f"{stem}.fields.json"
     result_path.unlink(missing_ok=True)
-    flags = bench_flags(spec, point, server.base_url, result_path)
-    fields: dict[str, Any] = {
-        "commands": {"serve": server.command(), "bench": bench_command(flags)},
-    }
-    error: str | None = None
+    report_path.unlink(missing_ok=True)
+    flags = bench_flags(spec, point, target.base_url, result_path, backend)
+    commands = {"bench": bench_command(flags, backend)}
+    if not is_endpoint:
+        commands = {"serve": target.command(), **commands}
+    fields: dict[str, Any] = {"commands": commands}
     # vLLM's CPU build binds its OpenMP threads by this (GPU builds ignore it).
     extra = {"vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")}
+    error = _unavailable(target)
     try:
-        if backend.enable_prefix_caching:
-            server.reset_prefix_cache()
-        with PointWatcher(server.base_url) as watcher:
-            argv = [sys.executable, "-m", "runners.bench_client", *flags]
+        if error is not None:
+            raise _Skip
+        if isinstance(backend, VLLMBackend) and backend.enable_prefix_caching:
+            assert isinstance(target, VLLMServer)
+            target.reset_prefix_cache()
+        # An endpoint's GPUs are not this machine's: NVML here would measure the wrong ones.
+        gpu = nvml.Sampler(off=ENDPOINT_GPUS if is_endpoint else None)
+        with PointWatcher(target.base_url, gpu=gpu) as watcher:
+            argv = [sys.executable, "-m", "runners.bench_client"]
+            argv += [OPENAI_ONLY_FLAG] if openai_only(backend) else []
             with cond.Watch(cores or cond.own_cores(), extra=extra) as watch:
-                code = procs.run(argv, log_path, env=procs.python_env())
+                env = _client_env(target, backend, report_path)
+                code = procs.run([*argv, *flags], log_path, env=env)
         fields["conditions"] = watch.result()
         fields["server_metrics"] = watcher.result()
-        fields["gpu_memory_peak_bytes"] = watcher.gpu_peak
-        if not server.alive:
+        # NVML sees this machine's GPUs: an endpoint's memory is not among them.
+        fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
+        if not is_endpoint and not target.alive:
             error = (
                 "the vLLM server exited during this point. "
-                f"Last lines of its log ({server.log_path}):\n{server.log_tail()}"
+                f"Last lines of its log ({target.log_path}):\n{target.log_tail()}"
             )
         elif code != 0 or not result_path.exists():
             error = (
@@ -208,16 +385,31 @@ def measure_point(
         else:
             data = json.loads(result_path.read_text())
             metrics, fields["raw"], fields["detail"] = split_result(data)
+            adapted = json.loads(report_path.read_text()) if report_path.exists() else {}
+            fields["raw"]["servebench"] = request_facts(
+                spec, backend, point, fields["detail"], adapted
+            )
             error = client_failure(data)
             if error is None:
                 fields["metrics"] = metrics
-            elif server.alive and (why := probe(server, spec, point)):
-                error = f"{error}\n{why}"
+            elif target.alive and (why := probe(target, spec, point, backend)):
+                error = f"{why}\n{error}"  # the server's own words first: the cause
+        # What the hardware did while the requests ran, and what sampling it cost.
+        fields["telemetry"] = watcher.telemetry(fields.get("detail") or {})
+        tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
+        # This machine's GPU power is not an endpoint's: no energy or cost for it.
+        if "metrics" in fields and not is_endpoint:
+            price = spec.resources.gpu_hour_price
+            fields["metrics"] |= tm.derive(fields["telemetry"], metrics, price_per_gpu_hour=price)
+    except _Skip:
+        pass
     except Exception as exc:  # a broken point must not end the sweep
         error = f"{type(exc).__name__}: {exc}"
+    if error:  # the first real cause first, from the whole log it points at
+        error = causes.explain(error)
     return Measurement(
         backend=backend.name,
-        backend_kind="vllm",
+        backend_kind="endpoint" if is_endpoint else "vllm",
         point=point_info(point),
         repeat=repeat,
         status="failed" if error else "succeeded",

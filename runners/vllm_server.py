@@ -73,6 +73,13 @@ def serve_flags(spec: Spec, backend: VLLMBackend) -> list[str]:
         flags.append("--enforce-eager")
     if backend.speculative_config:
         flags += ["--speculative-config", json.dumps(backend.speculative_config, sort_keys=True)]
+    if backend.lora_adapters:
+        # Served next to the base model; each adapter resident at once (--max-loras).
+        flags += ["--enable-lora", "--lora-modules"]
+        flags += [f"{a.name}={a.path}" for a in backend.lora_adapters]
+        flags += ["--max-loras", str(len(backend.lora_adapters))]
+        if backend.max_lora_rank is not None:
+            flags += ["--max-lora-rank", str(backend.max_lora_rank)]
     # /health and /metrics polls would otherwise fill the log the failure reasons quote.
     flags.append("--disable-uvicorn-access-log")
     return [*flags, *backend.extra_args]

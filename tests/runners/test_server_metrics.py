@@ -63,14 +63,25 @@ def test_older_releases_report_gpu_cache_usage():
 
 
 class _Server:
-    """Serves a /metrics whose counters grow and whose gauges move with each scrape."""
+    """Serves a /metrics whose counters grow and whose gauges move with each scrape; with
+    ``filtered=False`` it answers the filtered path ``/metrics/?name[]=`` with a 404, as a
+    server without prometheus_client's mount would."""
 
-    def __init__(self) -> None:
+    def __init__(self, filtered: bool = True) -> None:
         self.scrapes = 0
+        self.paths: list[str] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's server
+
             def do_GET(self) -> None:
+                outer.paths.append(self.path)
+                if self.path.startswith("/metrics/") and not filtered:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 outer.scrapes += 1
                 n = outer.scrapes
                 body = (
@@ -93,9 +104,9 @@ class _Server:
         self.url = f"http://127.0.0.1:{self.http.server_port}"
 
 
-@pytest.fixture
-def metrics_server():
-    server = _Server()
+@pytest.fixture(params=[True, False], ids=["filtered", "full"])
+def metrics_server(request):
+    server = _Server(filtered=request.param)
     yield server
     server.http.shutdown()
     server.http.server_close()
@@ -123,3 +134,36 @@ def test_an_unreachable_server_gives_empty_metrics_not_an_error():
     result = watcher.result()
     assert result.samples == 0 and result.preemptions is None
     assert result.prefix_cache_hit_rate is None
+
+
+def test_the_time_series_keeps_every_sample_with_counters_since_the_start(metrics_server):
+    with PointWatcher(metrics_server.url, interval_s=0.02) as watcher:
+        time.sleep(0.4)
+    series = watcher.series()
+    samples = watcher.result().samples
+    # The scrape before the point opens the series; then one entry per sample.
+    assert len(series["t"]) == samples + 1 and series["interval_s"] == 0.02
+    assert series["t"] == sorted(series["t"]) and series["t"][0] >= 0
+    assert series["running"] == [float(n) for n in range(1, samples + 2)]
+    assert series["preemptions"] == [float(n) for n in range(samples + 1)]
+    assert series["prefix_cache_queries"][-1] == 100 * samples
+    assert series["kv_cache_usage"][1] == 0.9  # the second scrape's spike is kept
+    assert series["waiting"] is None  # never reported by this server
+
+
+def test_it_asks_for_only_its_series_and_falls_back_to_the_full_exposition(metrics_server):
+    with PointWatcher(metrics_server.url, interval_s=0.02) as watcher:
+        time.sleep(0.2)
+    telemetry = watcher.telemetry({})
+    sampler = telemetry["sampler"]
+    filtered = [p for p in metrics_server.paths if p.startswith("/metrics/?")]
+    assert filtered and all("name%5B%5D=vllm%3Anum_requests_running" in p for p in filtered)
+    if sampler["scrape"] == "filtered":
+        # Every sample, and the reading after the point, filtered server-side.
+        assert len(filtered) == sampler["scrapes"] + 1
+    else:
+        assert len(filtered) == 1  # asked once, refused, then the full exposition
+    assert sampler["scrapes"] == watcher.result().samples > 0
+    assert sampler["metrics_cpu_s"] >= 0 and sampler["scrape_ms_median"] > 0
+    assert "window" not in telemetry  # no requests: nothing to sum over
+    assert telemetry["gpu"]["status"] != "ok" or telemetry["gpu"]["devices"]

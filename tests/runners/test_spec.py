@@ -52,7 +52,11 @@ BAD_SPECS = [
         "greater than or equal to 1",
     ),
     ({"model": M, "workload": {"range_ratio": 1.0}}, "workload.range_ratio", "less than 1"),
-    ({"model": M, "workload": {"dataset": "c4"}}, "workload.dataset", "'random' or 'sharegpt'"),
+    (
+        {"model": M, "workload": {"dataset": "c4"}},
+        "workload.dataset",
+        "'sharegpt', 'prefix_repetition' or 'custom'",
+    ),
     (
         {"model": M, "workload": {"dataset": "sharegpt"}},
         "workload.dataset_path",

@@ -136,6 +136,41 @@ def test_a_point_whose_requests_fail_is_failed_never_zero(cached):
     assert server.alive  # one bad point does not take the server down
 
 
+def test_a_points_metrics_time_series_shows_its_ramp(cached):
+    """/metrics sampled ten times a second: a point of a few seconds on the CPU has the
+    idle server before it, requests in flight together during it, and every request's
+    send time on the same clock (issue 15)."""
+    spec, backend, server, workdir = cached
+    point = Point(
+        sweep="ramp",
+        axis="max_concurrency",
+        value=8,
+        input_len=64,
+        output_len=64,
+        max_concurrency=8,
+        num_prompts=48,
+        request_rate=None,
+    )
+    m = measure_point(server, spec, backend, point, 0, workdir)
+    assert m.status == "succeeded", m.error
+    telemetry = m.telemetry
+    lo, hi = telemetry["window"]
+    series = telemetry["server"]
+    assert telemetry["sampler"]["scrape"] == "filtered"  # vLLM honours name[]
+    assert len(telemetry["requests"]["sent"]) == 48 and min(telemetry["requests"]["sent"]) == lo
+    before = [r for t, r in zip(series["t"], series["running"], strict=True) if t < lo]
+    during = [r for t, r in zip(series["t"], series["running"], strict=True) if lo <= t <= hi]
+    assert before and before[0] == 0  # idle until the first request
+    assert len(during) >= 10, (lo, hi, series["t"])  # 3,072 tokens: seconds on 2 cores
+    assert max(during) >= 4  # several requests in flight at once: the ramp
+    assert any(v and v > 0 for v in series["kv_cache_usage"])
+    assert telemetry["sampler"]["share_of_point_cpu"] < 0.2
+    # No NVIDIA GPU here: said, not zero.
+    gpu = telemetry["gpu"]
+    assert gpu["status"] == "ok" or gpu["status"].startswith("not measured (no NVML): ")
+    assert ("energy_per_output_token_j" in m.metrics) == (gpu["status"] == "ok")
+
+
 def test_stopping_the_server_ends_its_whole_process_group(cached):
     _, _, server, _ = cached
     pgid = server.pid
@@ -218,11 +253,14 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
         assert m.commands["bench"].startswith("vllm bench serve ")
         assert f"--max-concurrency {concurrency}" in m.commands["bench"]
         assert m.server_metrics.samples > 0 and m.server_metrics.preemptions == 0
-        # Sampled once a second: a short CPU point may fall between samples, so only the
-        # bounds are certain here (the values are checked against a scripted /metrics).
+        # Sampled ten times a second, but a short CPU point may still fall between samples,
+        # so only the bounds are certain here (values: against a scripted /metrics).
         assert 0 <= m.server_metrics.num_requests_running_peak <= concurrency
         # The cache vLLM allocated: the portal's capacity planning reads it.
         assert m.server_metrics.num_gpu_blocks > 0 and m.server_metrics.block_size > 0
+        assert m.telemetry["server"]["t"] and m.telemetry["window"]
+    # The HF baseline's telemetry: its requests' window, and the GPUs (or why not).
+    assert len(hf.telemetry["requests"]["sent"]) == 2 and "status" in hf.telemetry["gpu"]
     assert c1.point.key == "concurrency:max_concurrency=1"
     # The server is gone: its pid and every process of its group.
     line = next(x for x in done.stderr.splitlines() if x.startswith("server ready"))

@@ -1,0 +1,372 @@
+"""Two more Hugging Face baselines beside the sequential loop (``runners.hf``).
+
+"Faster than which Hugging Face?": a speedup over a deliberately sequential ``generate()``
+loop answers the easiest question. These two answer harder ones, with the same prompts
+(``runners.hf.random_prompts`` with the spec's seed, or the custom file's, in order), the
+same exact output lengths (``min_new_tokens == max_new_tokens``, greedy) and the same metric
+definitions (``runners.latency``):
+
+- ``hf-batched``: the "optimized batch-generation script". At each sweep point the
+  point's ``num_prompts`` requests go through ``generate()`` in static batches of the
+  point's concurrency (the last one smaller), left-padded when prompts differ in length.
+  A batch's requests all start when it starts: each one's TTFT is the batch's first step,
+  its inter-token gaps the batch's step gaps, its latency the batch's. Batches run one
+  after another, so a request rate does not apply (``raw["request_rate"]`` says so).
+- ``hf-static-cache``: sequential like ``hf-sequential``, but ``generate()`` with the
+  static KV cache and its forward compiled by ``torch.compile`` (transformers' own
+  ``CompileConfig``). Compilation happens in a first, untimed call of the measured shape,
+  recorded apart as ``raw["compile_s"]``; then the warm-ups; then the timed loop.
+
+Each runs in a child process like the sequential baseline:
+``python -m runners.hf_baselines {batched,static-cache} FLAGS --result FILE`` (also the
+reproduce command), writing the same result JSON as ``python -m runners hf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shlex
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from runners import conditions as cond
+from runners import hf
+from runners.latency import client_metrics
+
+Kind = Literal["batched", "static-cache"]
+COMPILE_BACKENDS = ("inductor", "aot_eager")
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """An ``HFConfig`` plus what the other baselines need: the batch size (hf-batched)
+    and the ``torch.compile`` backend (hf-static-cache)."""
+
+    kind: Kind
+    hf: hf.HFConfig
+    batch_size: int = 1
+    compile_backend: str = "inductor"
+
+    def flags(self) -> list[str]:
+        argv = [self.kind, *self.hf.flags()]
+        if self.kind == "batched":
+            argv += ["--batch-size", str(self.batch_size)]
+        else:
+            argv += ["--compile-backend", self.compile_backend]
+        return argv
+
+    def command(self) -> str:
+        return shlex.join(["python", "-m", "runners.hf_baselines", *self.flags()])
+
+
+class _StepClock:
+    """A generate() streamer that records when each decoding step's tokens exist (one
+    timestamp per step, whatever the batch size; the first put is the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def _prompts(config: hf.HFConfig, tokenizer: Any, model: Any) -> tuple[list, list]:
+    """The timed prompts and the warm-up prompts, exactly as ``runners.hf`` draws them."""
+    if config.prompts_file is not None:
+        chat, path = config.chat_template, config.prompts_file
+        prompts = hf.file_prompts(tokenizer, path, config.num_prompts, chat)
+        warmups = hf.file_prompts(
+            tokenizer, path, max(config.num_warmups, 1), chat, skip=config.num_prompts
+        )
+        return prompts, warmups
+    vocab = min(len(tokenizer), model.get_input_embeddings().num_embeddings)
+    special = set(tokenizer.all_special_ids)
+    prompts = hf.random_prompts(config.input_len, vocab, special, config.num_prompts, config.seed)
+    warmups = hf.random_prompts(
+        config.input_len, vocab, special, max(config.num_warmups, 1), config.seed + 1
+    )
+    return list(prompts), list(warmups)
+
+
+def _left_pad(batch: list, pad_id: int):
+    """Stack 1-D id tensors into (ids, attention_mask), left-padded to the longest."""
+    import torch
+
+    width = max(int(ids.shape[0]) for ids in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=batch[0].dtype)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, prompt in enumerate(batch):
+        n = int(prompt.shape[0])
+        ids[row, width - n :] = prompt
+        mask[row, width - n :] = 1
+    return ids, mask
+
+
+def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
+    """Measure ``config`` on ``cores`` (default: ``conditions.own_cores()``, pinned).
+
+    Raises on load errors; the caller records them as a failure."""
+    if config.kind == "batched" and config.batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    if config.compile_backend not in COMPILE_BACKENDS:
+        raise ValueError(f"compile_backend is one of {', '.join(COMPILE_BACKENDS)}")
+    cores = cores or cond.own_cores()
+    cond.pin(cores)
+    import torch
+
+    torch.set_num_threads(cores.threads)
+    device = hf._device()
+    tokenizer, model = hf._load(config.hf, device)
+    prompts, warmups = _prompts(config.hf, tokenizer, model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out_len = config.hf.output_len
+    gen_kwargs: dict[str, Any] = {
+        "max_new_tokens": out_len,
+        "min_new_tokens": out_len,
+        "do_sample": False,
+        "use_cache": True,
+        "pad_token_id": pad_id,
+    }
+    size = config.batch_size if config.kind == "batched" else 1
+    if config.kind == "static-cache":
+        from transformers import CompileConfig
+
+        options: dict[str, Any] = {"backend": config.compile_backend, "fullgraph": False}
+        if config.compile_backend != "inductor":
+            options["mode"] = None  # modes are inductor's
+        compile_config = CompileConfig(**options)
+        # transformers compiles only on accelerators unless told to on every device.
+        compile_config._compile_all_devices = True
+        gen_kwargs |= {"cache_implementation": "static", "compile_config": compile_config}
+
+    def generate(batch: list, streamer: Any = None) -> int:
+        ids, mask = _left_pad(batch, pad_id)
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            streamer=streamer,
+            **gen_kwargs,
+        )
+        return int(out.shape[1] - ids.shape[1])
+
+    batches = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+    warm_batches = [warmups[i % len(warmups)] for i in range(size)]
+    ttfts: list[float] = []
+    itls: list[list[float]] = []
+    latencies: list[float] = []
+    output_lens: list[int] = []
+    start_times: list[float] = []
+    compile_s = None
+    watch = cond.Watch(cores, cpu_bound=device.type == "cpu", threads=torch.get_num_threads())
+    with torch.inference_mode():
+        if config.kind == "static-cache":
+            t = time.perf_counter()
+            generate(warm_batches)  # the compilation, on the measured shape
+            hf._sync(device)
+            compile_s = time.perf_counter() - t
+        for _ in range(config.hf.num_warmups):
+            generate(warm_batches)
+            if config.kind == "batched" and len(batches[-1]) != size:
+                generate(warm_batches[: len(batches[-1])])
+        hf._sync(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        with watch:
+            loop_start = time.perf_counter()
+            for batch in batches:
+                clock = _StepClock()
+                hf._sync(device)
+                start = time.perf_counter()
+                produced = generate(batch, clock)
+                hf._sync(device)
+                end = time.perf_counter()
+                times = clock.times[:produced]
+                gaps = [b - a for a, b in itertools.pairwise(times)]
+                for _ in batch:
+                    start_times.append(start)
+                    ttfts.append(times[0] - start)
+                    itls.append(list(gaps))
+                    latencies.append(end - start)
+                    output_lens.append(produced)
+            duration = time.perf_counter() - loop_start
+
+    input_lens = [int(ids.shape[0]) for ids in prompts]
+    metrics = client_metrics(
+        input_lens=input_lens,
+        output_lens=output_lens,
+        ttfts=ttfts,
+        itls=itls,
+        latencies=latencies,
+        duration=duration,
+    )
+    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    raw: dict[str, Any] = {
+        "baseline": f"hf-{config.kind}",
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "num_warmups": config.hf.num_warmups,
+        "seed": config.hf.seed,
+    }
+    if config.kind == "batched":
+        raw |= {
+            "batch_size": size,
+            "batches": len(batches),
+            "padding": "left",
+            "request_rate": "not applicable: static batches run one after another",
+            "timing": "each request's TTFT, inter-token gaps and latency are its batch's",
+        }
+    else:
+        raw |= {
+            "cache_implementation": "static",
+            "compile_backend": config.compile_backend,
+            "compile_s": round(compile_s or 0.0, 3),
+            "timing": hf.TIMING_NOTE + "; compilation in an untimed first call",
+        }
+    detail = {
+        "input_lens": input_lens,
+        "output_lens": output_lens,
+        "ttfts": ttfts,
+        "itls": itls,
+        "latencies": latencies,
+        "start_times": start_times,
+    }
+    return hf.HFResult(
+        metrics=metrics,
+        detail=detail,
+        raw=raw,
+        gpu_memory_peak_bytes=peak,
+        command=config.command(),
+        config={**asdict(config.hf), "kind": config.kind, "batch_size": size}
+        | ({"compile_backend": config.compile_backend} if config.kind == "static-cache" else {}),
+        conditions=watch.result(),
+    )
+
+
+# --------------------------------------------------------------------------- the runner's side
+
+
+def child_config(spec: Any, backend: Any, point: Any) -> BaselineConfig:
+    """The configuration the runner measures ``backend`` (hf-batched at a sweep ``point``,
+    hf-static-cache at its baseline point) with."""
+    from runners.runner import hf_config
+
+    if backend.kind == "hf-batched":
+        w = spec.workload
+        base = hf.HFConfig(
+            model=spec.model.id,
+            revision=spec.model.revision,
+            tokenizer=spec.model.tokenizer,
+            trust_remote_code=spec.model.trust_remote_code,
+            dtype=spec.model.dtype,
+            input_len=point.input_len,
+            output_len=point.output_len,
+            num_prompts=point.num_prompts,
+            num_warmups=backend.num_warmups,
+            seed=w.seed,
+            attn_implementation=backend.attn_implementation,
+            prompts_file=w.dataset_path if w.dataset == "custom" else None,
+            chat_template=w.dataset == "custom"
+            and any(b.api == "chat" for b in spec.served_backends),
+        )
+        return BaselineConfig("batched", base, batch_size=point.max_concurrency)
+    base = hf_config(spec, backend)
+    return BaselineConfig("static-cache", base, compile_backend=backend.compile_backend)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m runners.hf_baselines",
+        description="the hf-batched and hf-static-cache baselines (result JSON as 'runners hf')",
+    )
+    p.add_argument("kind", choices=["batched", "static-cache"])
+    p.add_argument("--model", required=True)
+    p.add_argument("--revision")
+    p.add_argument("--tokenizer")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument(
+        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
+    )
+    p.add_argument("--input-len", type=int, required=True)
+    p.add_argument("--output-len", type=int, required=True)
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--num-warmups", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
+    p.add_argument("--prompts-file")
+    p.add_argument("--chat-template", action="store_true")
+    p.add_argument("--batch-size", type=int, default=1, help="hf-batched: requests per batch")
+    p.add_argument(
+        "--compile-backend", default="inductor", choices=COMPILE_BACKENDS, help="hf-static-cache"
+    )
+    p.add_argument("--result", help="write the result JSON here instead of printing metrics")
+    p.add_argument("--cpus", help="the cores to own (as 'python -m runners hf --cpus')")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cores = cond.own_cores(args.cpus)
+        cond.pin(cores)
+    except (cond.CoreError, OSError) as exc:
+        print(f"cannot own the cores: {exc}", file=sys.stderr)
+        return 2
+    cond.set_thread_env(cores)  # before torch is imported: OpenMP reads it once
+    config = BaselineConfig(
+        kind=args.kind,
+        hf=hf.HFConfig(
+            model=args.model,
+            revision=args.revision,
+            tokenizer=args.tokenizer,
+            trust_remote_code=args.trust_remote_code,
+            dtype=args.dtype,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            num_prompts=args.num_prompts,
+            num_warmups=args.num_warmups,
+            seed=args.seed,
+            attn_implementation=args.attn_implementation,
+            prompts_file=args.prompts_file,
+            chat_template=args.chat_template,
+        ),
+        batch_size=args.batch_size,
+        compile_backend=args.compile_backend,
+    )
+    try:
+        data = run(config, cores).to_json()
+        code = 0
+    except Exception as exc:  # reported to the parent runner as the measurement's reason
+        traceback.print_exc()
+        data, code = (
+            {"error": f"the hf-{args.kind} baseline failed: {type(exc).__name__}: {exc}"},
+            1,
+        )
+    text = json.dumps(data)
+    if args.result:
+        Path(args.result).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(json.dumps(data.get("metrics", data), indent=2))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""SLA search: the highest request rate or concurrency at which a backend meets an SLO.
+
+The question a capacity plan asks ("how far can we push it within p99 TTFT <= 500 ms?")
+answered by measuring, not by reading it off a sweep chosen in advance. The search
+(``spec.sla_search``, ``runners.spec.SLASearch``) adds points as it learns:
+
+1. the low end of the range: if it fails, nothing in the range meets the SLO (stop);
+2. the high end: if it passes, the whole range does (stop: the limit may lie higher);
+3. bisection, in log space (loads span orders of magnitude), between the highest load
+   that met the SLO and the lowest that did not, until the two are within ``tolerance``
+   of each other (a concurrency: adjacent, or within tolerance), a midpoint rounds onto a
+   load already measured, or ``max_points`` points were measured.
+
+Each step is an ordinary measurement (vLLM's bench client, its metric definitions) under
+the key ``<name>:<axis>=<value>``. A point meets the SLO when it succeeded and each
+limited metric (``p99_ttft_ms``...) is at most its limit; a failed point does not.
+Rates are rounded to three significant figures, concurrencies to whole numbers, so the
+keys stay readable and a search cannot creep forever.
+
+The answer is the highest load that met the SLO below the lowest that did not, with the
+path that led there ("12.5 req/s at p99 TTFT <= 500 ms"). Everything here is a pure
+function of the spec and the measurements (mappings shaped like the result document's),
+so the runner (driving the search), the portal (result document, ingestion, the run
+page) and the CLI compute the same answer from the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runners.spec import SLASearch, Spec, slo_text
+
+UNITS = {"request_rate": "req/s", "max_concurrency": "concurrent requests"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measured load of a search and its verdict."""
+
+    value: float
+    passed: bool
+    point_key: str
+    status: str
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    reason: str = ""
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def judge(search: SLASearch, status: str, metrics: Mapping[str, Any]) -> tuple[bool, str]:
+    """(met, why not): met when the point succeeded and every limited metric is within."""
+    if status != "succeeded":
+        return False, "the point failed"
+    missed = []
+    for key, limit in search.slo.items():
+        value = metrics.get(key)
+        if not isinstance(value, int | float):
+            missed.append(f"{key} was not measured")
+        elif value > limit:
+            missed.append(f"{slo_text(key, limit).split(' <=')[0]} {value:.4g} ms > {limit:g}")
+    return not missed, "; ".join(missed)
+
+
+def round_value(search: SLASearch, value: float) -> float:
+    """A load as the search measures it: a whole concurrency, a rate to 3 figures."""
+    if search.axis == "max_concurrency":
+        return float(max(1, round(value)))
+    return float(f"{value:.3g}")
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}"
+
+
+def _converged(search: SLASearch, best: float, fail: float) -> bool:
+    if search.axis == "max_concurrency" and fail - best <= 1:
+        return True
+    return fail / best - 1 <= search.tolerance
+
+
+def next_value(search: SLASearch, steps: list[Step]) -> float | None:
+    """The next load to measure, or None when the search is over (see the module doc)."""
+    if len(steps) >= search.max_points:
+        return None
+    if not steps:
+        return round_value(search, search.low)
+    measured = {s.value for s in steps}
+    fails = [s.value for s in steps if not s.passed]
+    lowest_fail = min(fails) if fails else None
+    low = round_value(search, search.low)
+    if lowest_fail is not None and lowest_fail <= low:
+        return None  # even the low end misses the SLO
+    if lowest_fail is None:
+        high = round_value(search, search.high)
+        return None if high in measured else high
+    best = max(s.value for s in steps if s.passed and s.value < lowest_fail)
+    if _converged(search, best, lowest_fail):
+        return None
+    mid = round_value(search, math.sqrt(best * lowest_fail))
+    if search.axis == "max_concurrency":
+        mid = min(max(mid, best + 1), lowest_fail - 1)
+    if mid in measured or not best < mid < lowest_fail:
+        return None  # rounding leaves nothing between them
+    return mid
+
+
+def search_value(spec: Spec, point_key: str) -> float | None:
+    """The load of an SLA search point key ('sla:request_rate=12.5'), or None when the key
+    is not one of this spec's search keys or lies outside its range."""
+    search = spec.sla_search
+    if search is None:
+        return None
+    prefix = f"{search.name}:{search.axis}="
+    if not point_key.startswith(prefix):
+        return None
+    try:
+        value = float(point_key[len(prefix) :])
+    except ValueError:
+        return None
+    if not math.isfinite(value) or round_value(search, value) != value:
+        return None
+    if not round_value(search, search.low) <= value <= round_value(search, search.high):
+        return None
+    return value
+
+
+def steps_of(spec: Spec, backend: str, measurements: Iterable[Any]) -> list[Step]:
+    """The search's steps on ``backend``, in the order they were measured.
+
+    ``measurements``: result-document measurements (mappings or ``runners.result``
+    objects) in the order they were recorded; other points, backends and repeats are
+    skipped.
+    """
+    search = spec.sla_search
+    if search is None:
+        return []
+    steps = []
+    for m in measurements:
+        point = _get(m, "point")
+        if _get(m, "backend") != backend or _get(m, "repeat") not in (0, None):
+            continue
+        value = search_value(spec, str(_get(point, "key") or ""))
+        if value is None:
+            continue
+        status = str(_get(m, "status") or "")
+        metrics = _get(m, "metrics") or {}
+        passed, reason = judge(search, status, metrics)
+        shown = {k: metrics.get(k) for k in search.slo}
+        steps.append(Step(value, passed, str(_get(point, "key")), status, shown, reason))
+    return steps
+
+
+def _answer_text(search: SLASearch, value: float) -> str:
+    load = _shown(value)
+    where = f"{load} req/s" if search.axis == "request_rate" else f"concurrency {load}"
+    return f"{where} at {search.describe_slo()}"
+
+
+def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
+    """The search on one backend as the result document carries it (see ``summarize``)."""
+    search = spec.sla_search
+    assert search is not None
+    finished = next_value(search, steps) is None
+    fails = [s.value for s in steps if not s.passed]
+    lowest_fail = min(fails) if fails else None
+    passing = [
+        s.value for s in steps if s.passed and (lowest_fail is None or s.value < lowest_fail)
+    ]
+    answer = max(passing) if passing else None
+    low, high = round_value(search, search.low), round_value(search, search.high)
+    unit = UNITS[search.axis]
+    if not steps:
+        state, text = "pending", "not measured yet"
+    elif answer is None and lowest_fail is not None and lowest_fail <= low:
+        state = "below range"
+        where = f"{_shown(low)} req/s" if search.axis == "request_rate" else f"concurrency {low:g}"
+        text = f"none: {search.describe_slo()} is not met even at {where}"
+    elif answer is None:
+        state, text = "running", "not determined yet"
+    elif lowest_fail is None and answer >= high:
+        state = "top of range"
+        text = f"{_answer_text(search, answer)} (the top of the searched range: it may go higher)"
+    elif finished and _converged(search, answer, lowest_fail or answer):
+        state, text = "converged", _answer_text(search, answer)
+    elif finished:
+        state = "budget spent" if len(steps) >= search.max_points else "converged"
+        text = _answer_text(search, answer)
+        if state == "budget spent":
+            text += f" (not converged: it fails at {_shown(lowest_fail or answer)})"
+    else:
+        state, text = "running", f"{_answer_text(search, answer)} so far"
+    return {
+        "backend": backend,
+        "name": search.name,
+        "axis": search.axis,
+        "unit": unit,
+        "slo": dict(search.slo),
+        "answer": answer,
+        "text": text,
+        "state": state,
+        "finished": finished,
+        "bracket": [answer, lowest_fail],
+        "points_used": len(steps),
+        "max_points": search.max_points,
+        "range": [low, high],
+        "path": [asdict(s) for s in steps],
+    }
+
+
+def summarize(spec: Spec, measurements: Iterable[Any]) -> list[dict[str, Any]]:
+    """Every SLA search of a run, one entry per searched backend (empty without one):
+
+    ``answer`` (the load, or None), ``text`` ("12.5 req/s at p99 TTFT <= 500 ms"),
+    ``state`` (converged, top of range, below range, budget spent, running, pending),
+    ``finished``, ``bracket`` [highest passing, lowest failing], ``points_used`` of
+    ``max_points``, and ``path``: each step's load, verdict, point key and SLO metrics.
+    """
+    if spec.sla_search is None:
+        return []
+    items = list(measurements)
+    return [result(spec, b.name, steps_of(spec, b.name, items)) for b in spec.search_backends]
+
+
+def expected_measurements(spec: Spec, measurements: Iterable[Any]) -> int:
+    """How many measurements a complete run of ``spec`` has, given what it measured: the
+    spec's upper bound less the points a finished search did not need."""
+    total = spec.total_measurements()
+    search = spec.sla_search
+    if search is None:
+        return total
+    items = list(measurements)
+    for backend in spec.search_backends:
+        steps = steps_of(spec, backend.name, items)
+        if next_value(search, steps) is None:
+            total -= search.max_points - len(steps)
+    return total
