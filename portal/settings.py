@@ -76,16 +76,28 @@ Variables (default in brackets):
   the values resources.gpu_type may take [none]; SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS:
   node label keys resources.node_selector may set [none]. Remote model code needs the
   per-user permission ``accounts.trust_remote_code`` (Django admin).
+  SERVEBENCH_ENDPOINT_HOSTS: hosts endpoint backends may reach (``host``, ``*.domain``,
+  either with ``:port``) [none]; SERVEBENCH_ENDPOINT_KEY_ENVS /
+  SERVEBENCH_ENDPOINT_KEY_SECRETS: environment variables / Kubernetes Secrets an
+  endpoint's ``api_key`` may name [none]
 - SERVEBENCH_CONTENT_SECURITY_POLICY: the CSP header of every response [self only, no
   inline script]
+- SERVEBENCH_LOCAL_GPUS: GPUs the local executor's runners get, ``auto`` or a number
+  [auto: NVIDIA devices seen here]; SERVEBENCH_TINY_MODEL_DIR: the tiny CPU model behind
+  the ``tiny-demo`` preset (``make run`` sets it) [none]
+- SERVEBENCH_GPU_HOUR_PRICES: GPU-hour price per GPU type, ``TYPE=PRICE,...``, for the
+  cost per million output tokens of runs whose spec names none [none];
+  SERVEBENCH_PRICE_CURRENCY [USD]
 - SERVEBENCH_STATIC_MANIFEST: hashed static names, needs ``collectstatic`` [not DEBUG]
 - SERVEBENCH_STATIC_ROOT [<repo>/staticfiles]; SERVEBENCH_BEHIND_TLS_PROXY [false]
+- SERVEBENCH_PAGE_CACHE_ENTRIES: finished results pages kept per process [100]
 - SERVEBENCH_DB_CONN_MAX_AGE [60]; SERVEBENCH_LOG_LEVEL [INFO]
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sys
 import warnings
@@ -266,6 +278,25 @@ SERVEBENCH_GPU_TYPES = env.strings("SERVEBENCH_GPU_TYPES", [])
 SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS = env.strings(
     "SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS", []
 )
+# ----- Endpoint backends (portal/benchmarks/policy.py, issue 13): begin
+# Hosts a spec's endpoint backends may benchmark (base_url): exact names or addresses,
+# '*.suffix' for every name under a domain (e.g. '*.svc.cluster.local'), each optionally
+# ':port' [none: endpoint backends are refused]. A runner sends load (and a key) there.
+SERVEBENCH_ENDPOINT_HOSTS = env.strings("SERVEBENCH_ENDPOINT_HOSTS", [])
+for _host in SERVEBENCH_ENDPOINT_HOSTS:
+    if not re.fullmatch(
+        r"(\*\.)?([A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?", _host
+    ):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_ENDPOINT_HOSTS: {_host!r} is not a host, '*.domain' or either with ':port'"
+        )
+# Where endpoint API keys may come from: environment variables of the runner
+# (api_key.env; the local executor passes the worker's, minus names that look secret:
+# *_KEY, *_TOKEN...) and Kubernetes Secrets in the runners' namespace (api_key.secret)
+# [none]. Only these: a spec must not send another credential to an endpoint.
+SERVEBENCH_ENDPOINT_KEY_ENVS = env.strings("SERVEBENCH_ENDPOINT_KEY_ENVS", [])
+SERVEBENCH_ENDPOINT_KEY_SECRETS = env.strings("SERVEBENCH_ENDPOINT_KEY_SECRETS", [])
+# ----- Endpoint backends: end
 # The Content-Security-Policy of every response: scripts only from this origin, never
 # inline (plotly's charts need inline styles and data: images for PNG export).
 SERVEBENCH_CONTENT_SECURITY_POLICY = env.string(
@@ -277,6 +308,46 @@ SERVEBENCH_CONTENT_SECURITY_POLICY = env.string(
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 # ----- What users may ask of runners, and security headers: end
+
+# ----- Submission checks and the demo preset (portal/benchmarks/preflight.py, presets.py):
+# begin
+# GPUs the local executor's machine gives runners: "auto" counts NVIDIA devices (/dev/nvidiaN,
+# within CUDA_VISIBLE_DEVICES); a number says it (AMD GPUs, or a worker on another machine
+# than the web server). A spec asking for more is refused naming resources.gpu_count, never
+# run on the CPU in silence [auto].
+_local_gpus = env.string("SERVEBENCH_LOCAL_GPUS", "auto").strip().lower()
+if _local_gpus != "auto" and not _local_gpus.isdigit():
+    raise ImproperlyConfigured(
+        f"SERVEBENCH_LOCAL_GPUS={_local_gpus!r}: use 'auto' or a whole number of GPUs, e.g. 0"
+    )
+SERVEBENCH_LOCAL_GPUS: int | None = None if _local_gpus == "auto" else int(_local_gpus)
+# The tiny CPU model `make run` builds (runners/tiny_model.py): while that directory holds a
+# model, the form and the API offer the "tiny-demo" preset on it [none].
+SERVEBENCH_TINY_MODEL_DIR = env.string("SERVEBENCH_TINY_MODEL_DIR", "")
+# ----- Submission checks and the demo preset: end
+
+# ----- Energy and cost (portal/benchmarks/energy.py): begin
+# The price of one GPU for one hour, per GPU type, for the cost per million output tokens
+# of runs whose spec names none (resources.gpu_hour_price): "TYPE=PRICE,TYPE=PRICE". A
+# TYPE matches a run's resources.gpu_type (a SERVEBENCH_GPU_TYPES value), the GPU name
+# NVML reports ("NVIDIA H100 80GB HBM3"), or servebench's GPU table key (H100-SXM, H200,
+# A100-80GB, L4...: runners/roofline.py), case, spaces, "-" and "_" ignored [none].
+SERVEBENCH_GPU_HOUR_PRICES: dict[str, float] = {}
+for _entry in env.strings("SERVEBENCH_GPU_HOUR_PRICES", []):
+    _type, _sep, _price = _entry.rpartition("=")
+    try:
+        _value = float(_price) if _sep and _type.strip() else -1.0
+    except ValueError:
+        _value = -1.0
+    if not 0 <= _value < float("inf"):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_GPU_HOUR_PRICES: {_entry!r} is not TYPE=PRICE with a price of 0 or "
+            "more (e.g. H100-SXM=2.49)"
+        )
+    SERVEBENCH_GPU_HOUR_PRICES[_type.strip()] = _value
+# The currency those prices (and specs' gpu_hour_price) are in, as pages print it [USD].
+SERVEBENCH_PRICE_CURRENCY = env.string("SERVEBENCH_PRICE_CURRENCY", "USD")
+# ----- Energy and cost: end
 
 # --------------------------------------------------------------------------- Django
 
@@ -303,6 +374,9 @@ MIDDLEWARE = [
     "portal.lib.security.SecurityHeadersMiddleware",
     "portal.lib.gzipbody.GzipRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Pages and API answers compressed (whitenoise serves static files pre-compressed, above
+    # it); Django's GZip adds random bytes to each response against BREACH.
+    "django.middleware.gzip.GZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -384,16 +458,33 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
-STATICFILES_FINDERS = [
-    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    # plotly.js from the installed plotly package, as static/vendor/plotly.min.js (no CDN).
-    "portal.web.finders.PlotlyFinder",
-]
+# ----- Static files and the results pages' cache (portal/web): begin
+# Static files come from the apps' static/ directories only; plotly.js is vendored there
+# (portal/web/static/web/vendor/, its basic bundle, pinned by sha256). With the manifest
+# (collectstatic; the default without DEBUG) whitenoise serves hashed names, gzip-compressed
+# at collectstatic time, with Cache-Control "max-age=315360000, public, immutable" (ten
+# years: a hashed name never changes content); unhashed names get WHITENOISE_MAX_AGE.
+STATICFILES_FINDERS = ["django.contrib.staticfiles.finders.AppDirectoriesFinder"]
 # Without the manifest (dev, tests) whitenoise serves straight from the apps' static dirs,
 # and STATIC_ROOT need not exist.
 WHITENOISE_USE_FINDERS = not _manifest
 if not _manifest:
     warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
+# Finished runs' figures, tables and rendered sections, and compare and history pages of
+# finished runs (portal/web/pagecache.py): in each process's memory, bounded; keys carry
+# the runs' updated_at, so a change (a sharing toggle) is a new key. An entry is 50-500 kB
+# (a compare page of 8 runs x 20 points is the largest). "default" is Django's own
+# default, unchanged.
+SERVEBENCH_PAGE_CACHE_ENTRIES = env.integer("SERVEBENCH_PAGE_CACHE_ENTRIES", 100, minimum=1)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "pages": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "servebench-pages",
+        "OPTIONS": {"MAX_ENTRIES": SERVEBENCH_PAGE_CACHE_ENTRIES, "CULL_FREQUENCY": 4},
+    },
+}
+# ----- Static files and the results pages' cache: end
 
 LOGIN_URL = "web:login"  # portal/web's sign-in page
 LOGIN_REDIRECT_URL = "/"

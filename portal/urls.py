@@ -12,7 +12,8 @@ urlpatterns = [
     path("", include("portal.web.urls")),
 ]
 
-# JSON errors under /api/, Django's pages elsewhere.
+# JSON errors under /api/; elsewhere the project's own pages (portal/web/templates/404.html,
+# 500.html), never Django's debug page unless DEBUG is on (`make run` leaves it off).
 handler400 = "portal.api.views.handler400"
 handler404 = "portal.api.views.handler404"
 handler500 = "portal.api.views.handler500"

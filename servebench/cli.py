@@ -18,7 +18,8 @@ A change whose run-to-run noise was not measured (one repeat, no history of the 
 is reported as ``noise not measured`` and never fails the build (``servebench.verdict``).
 
 The portal URL comes from ``--url`` or ``SERVEBENCH_URL``; the token from ``--token`` or
-``SERVEBENCH_TOKEN``. A RUN argument is a run id, a run's page URL, or ``latest:<label>``
+``SERVEBENCH_TOKEN``. A RUN argument is a run id, a unique prefix of one (the 8-character
+short id pages and logs show), a run's page URL, or ``latest:<label>``
 (``latest:<label>@<user>`` for another user's public runs): the newest succeeded run of
 the series (fingerprint + label), resolved by the portal against the other run's
 fingerprint.
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from servebench import __version__, render
-from servebench.client import Client, ServebenchError, TransientError
+from servebench.client import ApiError, Client, ServebenchError, TransientError
 from servebench.compare import Comparison, History, compare_documents
 from servebench.verdict import (
     DEFAULT_BOOTSTRAP,
@@ -58,6 +59,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 UNREACHABLE_GRACE_S = 300.0
 HEARTBEAT_S = 300.0
 _RUN_URL = re.compile(r"/runs/([a-z0-9]{1,40})/?(?:[?#].*)?$")
+RUN_ID_LENGTH = 20  # a full public id; anything shorter may be a prefix of one
 
 
 class UsageError(ServebenchError):
@@ -257,7 +259,14 @@ def resolve(client: Client, ref: str, *, fingerprint: str = "", before: str = ""
     owner = ""
     if ref.startswith("latest:") and "@" in ref:
         ref, owner = ref.rsplit("@", 1)
-    return client.resolve(ref, fingerprint=fingerprint, before=before, owner=owner)
+    try:
+        return client.resolve(ref, fingerprint=fingerprint, before=before, owner=owner)
+    except ApiError as exc:
+        if exc.status != 404 or ref.startswith("latest:") or len(ref) >= RUN_ID_LENGTH:
+            raise
+    # A short id that names no single run: the run's own endpoint says whether the prefix
+    # starts no run the token may read (404) or several (400 ambiguous_id), in one line.
+    return client.resolve(client.run(ref)["id"], fingerprint=fingerprint, before=before)
 
 
 def is_latest(ref: str) -> bool:
@@ -473,6 +482,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         f"submitted run {run['id']} ({run['progress']['total']} measurements); "
         f"follow it with: servebench status {run['id']}"
     )
+    for warning in run.get("warnings") or []:  # queued, but the executor may not give it
+        err(f"servebench: warning: {warning.get('field', 'spec')}: {warning.get('message', '')}")
     if not args.wait:
         return EXIT_OK
     run = wait_for(client, run["id"], timeout=args.timeout, poll=args.poll)

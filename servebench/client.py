@@ -166,7 +166,8 @@ class Client:
     def resolve(
         self, ref: str, *, fingerprint: str = "", before: str = "", owner: str = ""
     ) -> dict[str, Any]:
-        """GET /runs/resolve: a run id or ``latest:<label>`` -> the run (RunSerializer)."""
+        """GET /runs/resolve: a run id (or a unique prefix of one) or ``latest:<label>`` -> the
+        run (RunSerializer)."""
         return self.get(
             "runs/resolve", ref=ref, fingerprint=fingerprint, before=before, owner=owner
         )

@@ -209,6 +209,30 @@ def results_table(document: Mapping[str, Any]) -> str:
     out = table(["backend", "point", "repeat", "status", *(h for h, _ in RESULT_COLUMNS)], rows)
     if failures:
         out += "\n\nfailed:\n" + "\n".join(f"  {f}" for f in failures)
+    if searches := sla_lines(document):
+        out += "\n\n" + "\n".join(searches)
+    return out
+
+
+def sla_lines(document: Mapping[str, Any]) -> list[str]:
+    """One line per SLA search of the result document (``runners.sla.summarize``):
+    'SLA search on prod: 12.5 req/s at p99 TTFT <= 500 ms (converged, 6 of 8 points;
+    path 1 met, 64 missed, 8 met, ...)'."""
+    out = []
+    for s in document.get("sla_searches") or []:
+        if not isinstance(s, dict):
+            continue
+        path = ", ".join(
+            f"{step['value']:g} {'met' if step.get('passed') else 'missed'}"
+            for step in s.get("path") or []
+            if isinstance(step, dict) and isinstance(step.get("value"), int | float)
+        )
+        out.append(
+            f"SLA search on {s.get('backend')}: {s.get('text')} ({s.get('state')}, "
+            f"{s.get('points_used')} of {s.get('max_points')} points"
+            + (f"; path {path}" if path else "")
+            + ")"
+        )
     return out
 
 
@@ -263,6 +287,9 @@ def results_markdown(run: Mapping[str, Any], document: Mapping[str, Any]) -> str
         cells = " | ".join(number(metrics.get(k)) for _, k in RESULT_COLUMNS)
         point = md_code((m.get("point") or {}).get("key"))
         lines.append(f"| {md(m.get('backend'))} | {point} | {cells} |")
+    searches = sla_lines(document)
+    if searches:
+        lines += ["", *(f"- {md(line)}" for line in searches)]
     return "\n".join(lines) + "\n"
 
 

@@ -134,6 +134,14 @@ THROUGHPUT_METRICS = (
     "total_token_throughput",
     "request_goodput",
 )
+# Energy and cost per output token (runners.telemetry: the GPUs' energy over the requests,
+# priced per GPU-hour): lower is better; absent where the GPUs could not be read (no NVML).
+ENERGY_METRICS = {
+    "energy_per_output_token_j": "not measured (no NVML): energy needs NVIDIA GPU telemetry",
+    "cost_per_million_output_tokens": (
+        "not measured: cost needs a GPU-hour price and the run's GPUs (no NVML on a CPU)"
+    ),
+}
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
 _LATENCY_RE = re.compile(r"^(mean|median|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 
@@ -151,6 +159,7 @@ class Metric:
     better: Better
     latency: str | None = None  # ttft / tpot / itl / e2el
     quantile: float | None = None  # 0..100; None = the mean
+    missing: str = ""  # why it can be absent, said with "no data" (ENERGY_METRICS)
 
     @property
     def is_latency(self) -> bool:
@@ -163,6 +172,8 @@ def parse_metric(name: str) -> Metric:
     key = name.strip()
     if key in THROUGHPUT_METRICS:
         return Metric(key, "higher")
+    if key in ENERGY_METRICS:
+        return Metric(key, "lower", missing=ENERGY_METRICS[key])
     if key.startswith("p50_"):
         key = "median_" + key[4:]
     match = _LATENCY_RE.match(key)
@@ -177,15 +188,17 @@ def parse_metric(name: str) -> Metric:
             if not 0 < quantile < 100:
                 raise ValueError(f"{name!r}: a percentile is between p0 and p100 exclusive")
         return Metric(key, "lower", latency, quantile)
+    named = ", ".join((*THROUGHPUT_METRICS, *ENERGY_METRICS))
     raise ValueError(
-        f"unknown metric {name!r}; use one of {', '.join(THROUGHPUT_METRICS)} or "
+        f"unknown metric {name!r}; use one of {named} or "
         "<stat>_<ttft|tpot|itl|e2el>_ms with stat mean, median, p50, p90, p99 (any pNN)"
     )
 
 
 def judged_metric(name: str) -> Metric | None:
-    """The metric if the engine judges it (throughput and latency statistics), else None
-    (preemptions, KV-cache usage...: facts a page shows without a verdict)."""
+    """The metric if the engine judges it (throughput, latency statistics, energy and cost
+    per token), else None (preemptions, KV-cache usage, power...: facts a page shows
+    without a verdict)."""
     try:
         return parse_metric(name)
     except ValueError:
@@ -399,7 +412,10 @@ def compare_metric(
     common: dict[str, Any] = {"threshold": threshold, "confidence": confidence}
     if vb is None or vc is None or vb == 0:
         why = "base is zero" if vb == 0 else "missing on a side"
-        return MetricVerdict(m.key, m.better, vb, vc, None, None, NO_DATA, "-", why, **common)
+        missing = [f"{m.key}: {m.missing}"] if m.missing and vb != 0 else []
+        return MetricVerdict(
+            m.key, m.better, vb, vc, None, None, NO_DATA, "-", why, notes=missing, **common
+        )
     change = vc / vb - 1.0
     if not comparable:
         return MetricVerdict(

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -36,7 +37,7 @@ from portal.api.serializers import (
     measurement_rows,
     run_summaries,
 )
-from portal.benchmarks import queries, services, sharing
+from portal.benchmarks import presets, queries, services, sharing
 from portal.benchmarks.models import Environment, Run
 from runners import spec as rs
 
@@ -58,13 +59,31 @@ def check_body_size(request: Request | HttpRequest, limit: int) -> None:
 
 
 def get_run_or_404(user: Any, public_id: str) -> Run:
+    """The run ``public_id`` names (its id, or a unique prefix of it such as the 8-character
+    short id) if ``user`` may read it. 404 when there is none (or it is not theirs: the
+    same answer); 400 ``ambiguous_id`` when several runs they may read start with it."""
     try:
         return queries.get_visible_run(user, public_id)
+    except queries.AmbiguousRunId as exc:
+        raise ApiError(
+            400,
+            "ambiguous_id",
+            f"run id prefix {public_id!r} starts {len(exc.matches)}"
+            f"{'+' if len(exc.matches) >= 5 else ''} runs you can see; give more of the id",
+            [{"field": "id", "message": "ambiguous run id prefix"}],
+            matches=[run.public_id for run in exc.matches],
+        ) from None
     except Run.DoesNotExist:
+        short = len(public_id) < queries.MIN_ID_PREFIX
         raise ApiError(
             404,
             "not_found",
-            f"no run {public_id!r} that you can see; check the id, or sign in as its owner",
+            f"no run {public_id!r} that you can see; "
+            + (
+                f"give at least {queries.MIN_ID_PREFIX} characters of its id"
+                if short
+                else "check the id, or sign in as its owner"
+            ),
         ) from None
 
 
@@ -127,7 +146,10 @@ class RunListCreate(APIView):
         description=(
             'Submit a run: JSON `{"spec": {...}}` or `{"preset": "seed"}` (optional '
             "`name`, `is_public`), or a raw YAML spec with Content-Type application/yaml. "
-            "Invalid specs get 400 naming the field; nothing is queued."
+            "Invalid specs get 400 naming the field; nothing is queued. So does a spec "
+            "asking for what this portal's executor cannot give (more GPUs than it has); "
+            "what may fail later (a hub model not in the cache while downloads are off) "
+            "is queued and listed under `warnings`."
         ),
     )
     def post(self, request: Request) -> Response:
@@ -142,7 +164,10 @@ class RunListCreate(APIView):
             data = {**data, "spec": load_yaml(data["spec"])}
         req = services.spec_from_request(data, request.user)
         run = services.create_run(request.user, req.spec, req.name, is_public=req.is_public)
-        body = RunSerializer(run, context={"request": request}).data
+        body = dict(RunSerializer(run, context={"request": request}).data)
+        if req.warnings:
+            # What the executor may not give it (preflight): queued anyway, said at once.
+            body["warnings"] = list(req.warnings)
         return Response(body, status=201, headers={"Location": body["links"]["self"]})
 
 
@@ -236,7 +261,7 @@ class Presets(APIView):
                 "description": entry["description"],
                 "spec": entry["build"]().model_dump(mode="json", exclude_none=True),
             }
-            for name, entry in sorted(rs.PRESETS.items())
+            for name, entry in sorted(presets.available().items())
         ]
         return Response(data)
 
@@ -302,7 +327,13 @@ def handler400(request: HttpRequest, exception: Exception | None = None) -> Http
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return json_error(404, "not_found", f"no API endpoint at {request.path}; see /api/v1/docs/")
-    return defaults.page_not_found(request, exception)
+    # The project's page (portal/web/templates/404.html); a run page's 404 carries its own
+    # message and, for an ambiguous id prefix, the visitor's runs it starts.
+    context = {
+        "message": getattr(exception, "message", ""),
+        "matches": getattr(exception, "matches", []),
+    }
+    return render(request, "404.html", context, status=404)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:

@@ -17,6 +17,7 @@ import re
 import shlex
 from pathlib import Path
 
+from runners import sla
 from runners import spec as rs
 from runners.vllm_bench import bench_command, bench_flags
 from runners.vllm_server import HOST, serve_flags, server_env
@@ -35,30 +36,44 @@ _WILD = {
 
 def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
     """The commands the spec implies for one measurement: {'serve', 'bench'} for a vLLM
-    backend, {'hf'} for the HF baseline; {} when the spec has no such backend or point."""
+    backend, {'bench'} for an endpoint (nothing is served), {'hf'} for the HF baseline;
+    {} when the spec has no such backend or point (an SLA search's points included)."""
     backend = next((b for b in spec.backends if b.name == backend_name), None)
     if isinstance(backend, rs.HFBackend):
         if point_key != "baseline":
             return {}
         return {"hf": hf_command(spec, backend)}
-    if not isinstance(backend, rs.VLLMBackend):
+    if isinstance(backend, rs.HFBatchedBackend):  # a static batch per sweep point
+        point = next((p for p in spec.points() if p.key == point_key), None)
+        return {"hf": hf_command(spec, backend, point)} if point else {}
+    if not isinstance(backend, rs.VLLMBackend | rs.EndpointBackend):
         return {}
     point = next((p for p in spec.points() if p.key == point_key), None)
+    value = sla.search_value(spec, point_key) if backend in spec.search_backends else None
+    if point is None and value is not None:
+        point = rs.search_point(spec, value)
     if point is None:
         return {}
+    if isinstance(backend, rs.EndpointBackend):
+        flags = bench_flags(spec, point, backend.base_url, Path(_DIR) / _FILE, backend)
+        return {"bench": bench_command(flags, backend)}
     env = [f"{k}={v}" for k, v in server_env(backend).items()]
     serve = [*env, "vllm", "serve", spec.model.id, "--host", HOST, "--port", _PORT]
-    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE)
+    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE, backend)
     return {
         "serve": shlex.join([*serve, *serve_flags(spec, backend)]),
-        "bench": bench_command(flags),
+        "bench": bench_command(flags, backend),
     }
 
 
-def hf_command(spec: rs.Spec, backend: rs.HFBackend) -> str:
-    """``runners.runner.hf_config(spec, backend).command()``, without importing torch's
-    and numpy's side of the runner."""
-    m, point = spec.model, rs.hf_point(spec, backend)
+def hf_command(
+    spec: rs.Spec, backend: rs.HFBackend | rs.HFBatchedBackend, point: rs.Point | None = None
+) -> str:
+    """``runners.runner.hf_config(spec, backend).command()`` (for hf-static-cache and
+    hf-batched at ``point``: ``runners.hf_baselines.child_config``), without importing
+    torch's and numpy's side of the runner."""
+    m = spec.model
+    point = point or rs.hf_point(spec, backend)  # type: ignore[arg-type]
     argv = ["--model", m.id]
     for flag, value in (
         ("--revision", m.revision),
@@ -77,7 +92,17 @@ def hf_command(spec: rs.Spec, backend: rs.HFBackend) -> str:
     ]  # fmt: skip
     if m.trust_remote_code:
         argv.append("--trust-remote-code")
-    return shlex.join(["python", "-m", "runners", "hf", *argv])
+    if spec.workload.dataset == "custom":  # the servers' prompts (runners.runner.hf_config)
+        argv += ["--prompts-file", str(spec.workload.dataset_path)]
+        if any(b.api == "chat" for b in spec.served_backends):
+            argv.append("--chat-template")
+    if isinstance(backend, rs.HFBatchedBackend):
+        argv = ["batched", *argv, "--batch-size", str(point.max_concurrency)]
+    elif isinstance(backend, rs.HFStaticCacheBackend):
+        argv = ["static-cache", *argv, "--compile-backend", backend.compile_backend]
+    else:
+        return shlex.join(["python", "-m", "runners", "hf", *argv])
+    return shlex.join(["python", "-m", "runners.hf_baselines", *argv])
 
 
 def matches(reported: str, expected: str) -> bool:

@@ -145,7 +145,7 @@ def environment_fields(run: Run, snapshot: Mapping[str, Any] | None) -> dict[str
         out[f"vLLM server args ({backend.name})"] = " ".join(
             f for f in serve_flags(spec, backend) if f != "--disable-uvicorn-access-log"
         )
-    for backend in spec.hf_backends:
+    for backend in [*spec.hf_backends, *spec.batched_backends]:
         config = backend.model_dump(exclude={"kind", "name"}, exclude_none=True)
         out[f"HF baseline ({backend.name})"] = _text(config)
     return out

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from portal.benchmarks import goodput, queries, samples
 from portal.benchmarks.models import Measurement, Run
 from runners import spec as rs
@@ -64,6 +66,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("kv_cache_usage_peak", "Peak KV cache", "%", "", 1, "server"),
     Metric("gpu_memory_peak_bytes", "Peak GPU memory", "GiB", "", 2, "server"),
     Metric("prefix_cache_hit_rate", "Prefix-cache hits", "%", "", 1, "server"),
+    # Energy and cost (runners.telemetry, priced by portal.benchmarks.energy): NVML only.
+    Metric("energy_per_output_token_j", "Energy per output token", "J", "lower", 4, "energy"),
+    Metric("avg_power_w", "Mean GPU power", "W", "", 0, "energy"),
+    Metric("gpu_util", "GPU utilisation", "%", "", 0, "energy"),
+    Metric(
+        "cost_per_million_output_tokens",
+        "Cost per 1M output tokens",
+        settings.SERVEBENCH_PRICE_CURRENCY,
+        "lower",
+        3,
+        "energy",
+    ),
 )
 METRIC_BY_KEY: dict[str, Metric] = {m.key: m for m in METRICS}
 
@@ -246,6 +260,12 @@ class Series:
         return any(p.mean.get(key) is not None for p in self.points)
 
 
+# Baselines measured once, at their "baseline" point (a reference line on charts);
+# hf-batched is measured at every sweep point, so it is a series like a server.
+BASELINE_KINDS = ("hf-sequential", "hf-static-cache")
+HF_KINDS = (*BASELINE_KINDS, "hf-batched")
+
+
 @dataclass
 class RunResults:
     """A run's points: vLLM series per sweep, HF baselines, failed points."""
@@ -264,7 +284,7 @@ class RunResults:
 
     @property
     def baselines(self) -> dict[str, PointStats]:
-        return {p.backend: p for p in self.points if p.backend_kind == "hf-sequential" and p.ok}
+        return {p.backend: p for p in self.points if p.backend_kind in BASELINE_KINDS and p.ok}
 
     def series(self) -> list[Series]:
         if self._series is None:
@@ -274,7 +294,7 @@ class RunResults:
     def _build_series(self) -> list[Series]:
         grouped: dict[tuple[str, str, str], list[PointStats]] = defaultdict(list)
         for p in self.points:
-            if p.backend_kind == "hf-sequential" or not p.ok:
+            if p.backend_kind in BASELINE_KINDS or not p.ok:
                 continue
             grouped[(p.sweep, p.axis or "max_concurrency", p.backend)].append(p)
         out = [
@@ -296,9 +316,26 @@ class RunResults:
         base = next(iter(self.baselines.values()), None)
         ref = base.get(key) if base else None
         value = point.get(key)
-        if not ref or value is None or point.backend_kind == "hf-sequential":
+        if not ref or value is None or point.backend_kind in BASELINE_KINDS:
             return None
         return value / ref
+
+    def speedups(self, point: PointStats, key: str = "output_throughput") -> list[dict]:
+        """The point's ``key`` over every Hugging Face baseline's: each single-point
+        baseline, and hf-batched at the same sweep point (batch = its concurrency)."""
+        value = point.get(key)
+        if value is None:
+            return []
+        refs = list(self.baselines.values()) + [
+            p
+            for p in self.points
+            if p.backend_kind == "hf-batched" and p.ok and p.point_key == point.point_key
+        ]
+        return [
+            {"backend": p.backend, "kind": p.backend_kind, "speedup": value / p.get(key)}
+            for p in refs
+            if p.get(key) and p is not point
+        ]
 
 
 def _aggregate_values(point: PointStats, rows: list[dict[str, float]]) -> None:
@@ -456,3 +493,66 @@ def attach_request_intervals(results: RunResults, confidence: float = 0.95) -> N
             if interval is not None:
                 (lo, hi), method = interval
                 point.requests[metric_key] = Uncertainty(value, lo, hi, method, 1, len(values))
+
+
+# --------------------------------------------------------------------------- load sweeps
+# Rules on a load sweep's points (each point one load level: concurrency or request
+# rate): which points no other beats on both throughput and latency, and the most
+# throughput within a latency budget. The run page's charts, its budget box and its
+# headline all read them here.
+
+LOAD_AXES = ("max_concurrency", "request_rate")
+PARETO_LATENCY = "p99_ttft_ms"
+PARETO_THROUGHPUT = "output_throughput"
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both latency (lower) and throughput
+    (higher), sorted by latency. ``points``: (latency, throughput)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front: list[int] = []
+    best = -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def load_points(series: Series) -> list[tuple[float, float, float]]:
+    """(x, p99 TTFT, output tok/s) of a series' points that measured both."""
+    out = []
+    for p in series.points:
+        latency, throughput = p.get(PARETO_LATENCY), p.get(PARETO_THROUGHPUT)
+        if latency is not None and throughput is not None:
+            out.append((p.x, latency, throughput))
+    return out
+
+
+def best_within_budget(
+    points: list[tuple[float, float, float]], budget_ms: float
+) -> tuple[float, float, float] | None:
+    """(x, latency, throughput) with the highest throughput whose latency <= budget."""
+    ok = [p for p in points if p[1] <= budget_ms]
+    return max(ok, key=lambda p: p[2], default=None)
+
+
+def default_ttft_budget(results: RunResults) -> tuple[float, str] | None:
+    """The p99 TTFT budget a reader starts from, and where it comes from: the spec's SLO
+    when it sets one, else the median p99 TTFT over the load sweeps' points (rounded to
+    two significant digits), so about half of them fit. None without load points."""
+    if results.slo and results.slo.get("ttft_ms"):
+        return float(results.slo["ttft_ms"]), "the spec's SLO"
+    latencies = sorted(
+        latency
+        for s in results.series()
+        if s.axis in LOAD_AXES
+        for _, latency, _ in load_points(s)
+        if latency > 0
+    )
+    if not latencies:
+        return None
+    mid = len(latencies) // 2
+    median = latencies[mid] if len(latencies) % 2 else (latencies[mid - 1] + latencies[mid]) / 2
+    rounded = float(f"{median:.2g}")
+    return rounded, "the median p99 TTFT of the measured load points"

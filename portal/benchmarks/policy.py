@@ -11,6 +11,12 @@ rules, from settings an admin sets (``portal/settings.py``):
 - ``resources.gpu_type`` one of SERVEBENCH_GPU_TYPES (the cluster's node label values).
 - ``resources.node_selector`` keys among SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS, and
   never one the admin's SERVEBENCH_K8S_NODE_SELECTOR sets (the admin's placement wins).
+- An endpoint backend's ``base_url`` host among SERVEBENCH_ENDPOINT_HOSTS (a runner sends
+  load, and maybe a key, there); its ``api_key`` only from a variable in
+  SERVEBENCH_ENDPOINT_KEY_ENVS (local executor) or a Secret in
+  SERVEBENCH_ENDPOINT_KEY_SECRETS (Kubernetes): a spec must never send another credential
+  (the HF token, a run token) to a host. A LoRA adapter's local path under
+  SERVEBENCH_MODEL_ROOTS.
 
 ``check(spec, user)`` raises ``runners.spec.SpecError`` (400) or ``SpecForbidden`` (403),
 each naming the field (without the ``spec.`` prefix the API adds) and what to do next.
@@ -90,7 +96,66 @@ def _check_path(field: str, value: str, roots: list[str], what: str, setting: st
 
 
 def check(spec: rs.Spec, user: Any) -> None:
-    """Raise SpecForbidden / SpecError when ``user`` may not submit ``spec`` here."""
+    """Raise SpecForbidden / SpecError when ``user`` may not submit ``spec`` here, with
+    every field's problem at once (one per field): SpecForbidden (403) when any of them
+    is a permission, SpecError (400) otherwise."""
+    forbidden: list[dict[str, str]] = []
+    errors: list[dict[str, str]] = []
+
+    def attempt(rule: Any, *args: Any) -> None:
+        try:
+            rule(*args)
+        except SpecForbidden as exc:
+            forbidden.extend(exc.errors)
+        except rs.SpecError as exc:
+            errors.extend(exc.errors)
+
+    attempt(_check_permissions, spec, user)
+    roots = list(settings.SERVEBENCH_MODEL_ROOTS)
+    for field in ("id", "tokenizer"):
+        value = getattr(spec.model, field)
+        if value and is_local_path(value):
+            attempt(
+                _check_path,
+                f"model.{field}",
+                value,
+                roots,
+                "a local model directory",
+                "SERVEBENCH_MODEL_ROOTS",
+            )
+    if spec.workload.dataset_path:
+        attempt(
+            _check_path,
+            "workload.dataset_path",
+            spec.workload.dataset_path,
+            list(settings.SERVEBENCH_DATASET_ROOTS),
+            "the dataset file",
+            "SERVEBENCH_DATASET_ROOTS",
+        )
+    for i, backend in enumerate(spec.backends):
+        if isinstance(backend, rs.VLLMBackend):
+            for j, adapter in enumerate(backend.lora_adapters):
+                if is_local_path(adapter.path):
+                    attempt(
+                        _check_path,
+                        f"backends.{i}.lora_adapters.{j}.path",
+                        adapter.path,
+                        roots,
+                        "a local LoRA adapter directory",
+                        "SERVEBENCH_MODEL_ROOTS",
+                    )
+        elif isinstance(backend, rs.EndpointBackend):
+            attempt(_check_endpoint, i, backend)
+    attempt(_check_gpu_type, spec.resources)
+    for key in spec.resources.node_selector:
+        attempt(_check_node_selector_key, key)
+    if forbidden:
+        raise SpecForbidden(forbidden + errors)
+    if errors:
+        raise rs.SpecError(errors)
+
+
+def _check_permissions(spec: rs.Spec, user: Any) -> None:
     if spec.model.trust_remote_code and not (
         user is not None and getattr(user, "is_active", False) and user.has_perm(TRUST_REMOTE_CODE)
     ):
@@ -107,25 +172,80 @@ def check(spec: rs.Spec, user: Any) -> None:
                 }
             ]
         )
-    roots = list(settings.SERVEBENCH_MODEL_ROOTS)
-    for field in ("id", "tokenizer"):
-        value = getattr(spec.model, field)
-        if value and is_local_path(value):
-            _check_path(
-                f"model.{field}", value, roots, "a local model directory", "SERVEBENCH_MODEL_ROOTS"
-            )
-    if spec.workload.dataset_path:
-        _check_path(
-            "workload.dataset_path",
-            spec.workload.dataset_path,
-            list(settings.SERVEBENCH_DATASET_ROOTS),
-            "the dataset file",
-            "SERVEBENCH_DATASET_ROOTS",
+
+
+def _split_host_entry(entry: str) -> tuple[str, str | None]:
+    """'host', '*.domain', '[::1]', each with an optional ':port' -> (host, port)."""
+    if entry.startswith("["):
+        host, _, rest = entry.partition("]")
+        return host + "]", rest[1:] if rest.startswith(":") else None
+    host, colon, port = entry.rpartition(":")
+    return (host, port) if colon else (entry, None)
+
+
+def host_allowed(host: str, port: str, allowed: list[str]) -> bool:
+    """Whether ``host``:``port`` matches an entry of SERVEBENCH_ENDPOINT_HOSTS: the exact
+    name or address, or '*.domain' for names under the domain; a ':port' limits it."""
+    host = host.lower()
+    for entry in allowed:
+        want, want_port = _split_host_entry(entry.lower())
+        if want_port is not None and want_port != port:
+            continue
+        if want.startswith("*."):
+            if host.endswith(want[1:]) and len(host) > len(want) - 1:
+                return True
+        elif host == want:
+            return True
+    return False
+
+
+def _check_endpoint(i: int, backend: rs.EndpointBackend) -> None:
+    parts = rs.endpoint_url_parts(backend.base_url)
+    assert parts is not None  # the spec validated it
+    allowed = list(settings.SERVEBENCH_ENDPOINT_HOSTS)
+    if not host_allowed(parts["host"], parts["port"], allowed):
+        hosts = ", ".join(allowed) if allowed else "none"
+        raise _error(
+            f"backends.{i}.base_url",
+            f"endpoint host {parts['host']!r} (port {parts['port']}) is not one endpoint "
+            f"backends may reach on this portal (allowed: {hosts}; SERVEBENCH_ENDPOINT_HOSTS); "
+            "ask an admin to add it",
         )
-    _check_resources(spec.resources)
+    key = backend.api_key
+    if key is None:
+        return
+    kubernetes = settings.SERVEBENCH_EXECUTOR == "kubernetes"
+    if key.env is not None:
+        if kubernetes:
+            raise _error(
+                f"backends.{i}.api_key.env",
+                "runners here are Kubernetes Jobs, which get an endpoint's key from a Secret: "
+                "use api_key.secret (and api_key.key) instead of api_key.env",
+            )
+        names = list(settings.SERVEBENCH_ENDPOINT_KEY_ENVS)
+        if key.env not in names:
+            raise _error(
+                f"backends.{i}.api_key.env",
+                f"{key.env!r} is not a variable endpoint keys may come from here (allowed: "
+                f"{', '.join(names) or 'none'}; SERVEBENCH_ENDPOINT_KEY_ENVS); ask an admin",
+            )
+    else:
+        if not kubernetes:
+            raise _error(
+                f"backends.{i}.api_key.secret",
+                "runners here are local processes without Kubernetes Secrets: use api_key.env "
+                "(a variable an admin listed in SERVEBENCH_ENDPOINT_KEY_ENVS)",
+            )
+        names = list(settings.SERVEBENCH_ENDPOINT_KEY_SECRETS)
+        if key.secret not in names:
+            raise _error(
+                f"backends.{i}.api_key.secret",
+                f"Secret {key.secret!r} is not one endpoint keys may come from here (allowed: "
+                f"{', '.join(names) or 'none'}; SERVEBENCH_ENDPOINT_KEY_SECRETS); ask an admin",
+            )
 
 
-def _check_resources(resources: rs.Resources) -> None:
+def _check_gpu_type(resources: rs.Resources) -> None:
     types = list(settings.SERVEBENCH_GPU_TYPES)
     if resources.gpu_type is not None and resources.gpu_type not in types:
         known = (
@@ -138,7 +258,6 @@ def _check_resources(resources: rs.Resources) -> None:
             f"GPU type {resources.gpu_type!r} is not one this portal schedules on; it must be "
             f"{known}",
         )
-    allowed = set(settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)
     admin = dict(settings.SERVEBENCH_K8S_NODE_SELECTOR)
     gpu_label = settings.SERVEBENCH_K8S_GPU_TYPE_LABEL
     if resources.gpu_type is not None and admin.get(gpu_label, resources.gpu_type) != (
@@ -149,22 +268,27 @@ def _check_resources(resources: rs.Resources) -> None:
             f"runners here are placed on {gpu_label}={admin[gpu_label]} "
             "(SERVEBENCH_K8S_NODE_SELECTOR); leave gpu_type out or use that type",
         )
-    for key in resources.node_selector:
-        where = f"resources.node_selector.{key}"
-        if key in admin or key == gpu_label:
-            raise _error(
-                where,
-                f"node label {key!r} is set by this portal's placement "
-                + ("(resources.gpu_type sets the GPU label)" if key == gpu_label else "")
-                + "; leave it out",
-            )
-        if key not in allowed:
-            keys = ", ".join(sorted(allowed)) or "none"
-            raise _error(
-                where,
-                f"node label {key!r} is not one a spec may select on here (allowed: {keys}; "
-                "SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)",
-            )
+
+
+def _check_node_selector_key(key: str) -> None:
+    allowed = set(settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)
+    admin = dict(settings.SERVEBENCH_K8S_NODE_SELECTOR)
+    gpu_label = settings.SERVEBENCH_K8S_GPU_TYPE_LABEL
+    where = f"resources.node_selector.{key}"
+    if key in admin or key == gpu_label:
+        raise _error(
+            where,
+            f"node label {key!r} is set by this portal's placement "
+            + ("(resources.gpu_type sets the GPU label)" if key == gpu_label else "")
+            + "; leave it out",
+        )
+    if key not in allowed:
+        keys = ", ".join(sorted(allowed)) or "none"
+        raise _error(
+            where,
+            f"node label {key!r} is not one a spec may select on here (allowed: {keys}; "
+            "SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS)",
+        )
 
 
 def form_choices() -> dict[str, list[str]]:

@@ -11,7 +11,11 @@
   JSON left out. Query count is constant whatever the page size.
 - ``filter_choices(user)``: distinct values for the list's filter drop-downs.
 - ``get_visible_run(user, public_id)``: one run or ``Run.DoesNotExist`` (answer 404 both
-  for "no such run" and "not yours", so ids do not leak).
+  for "no such run" and "not yours", so ids do not leak). A unique prefix of a public id
+  (``MIN_ID_PREFIX`` characters or more, e.g. the 8-character short id every page shows)
+  names the run too, among the runs ``user`` may read only; several such runs raise
+  ``AmbiguousRunId`` (a ``Run.DoesNotExist``, so callers that do not tell the two apart
+  still answer 404).
 - ``run_measurements(run)``: a run's measurements in chart order, heavy JSON deferred.
 """
 
@@ -25,7 +29,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
-from portal.benchmarks.models import Measurement, Run, RunStatus
+from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run, RunStatus
 
 # Columns the runs list never shows; leaving them out keeps list pages light.
 LIST_DEFERRED = ("spec", "errors", "timings", "executor_handle")
@@ -85,9 +89,44 @@ def visible_runs(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
     return runs.filter(is_public=True)
 
 
+# The shortest id prefix that names a run (git's minimum); short ids have 8 characters.
+MIN_ID_PREFIX = 4
+
+
+class AmbiguousRunId(Run.DoesNotExist):
+    """An id prefix that starts several runs the user may read. ``matches`` holds a few of
+    them (visible ones only: nothing about other users' private runs leaks)."""
+
+    def __init__(self, prefix: str, matches: list[Run]):
+        self.prefix = prefix
+        self.matches = matches
+        super().__init__(
+            f"{prefix!r} is the start of more than one run id you can see; give more of the "
+            "id (the run's page shows all 20 characters)"
+        )
+
+
 def get_visible_run(user: AbstractBaseUser | AnonymousUser, public_id: str) -> Run:
-    """The run with ``public_id`` if ``user`` may read it; ``Run.DoesNotExist`` otherwise."""
-    return visible_runs(user).select_related("owner").get(public_id=public_id)
+    """The run whose public id is ``public_id``, or starts with it (a unique prefix of at
+    least MIN_ID_PREFIX characters), if ``user`` may read it; ``Run.DoesNotExist`` when
+    there is none, ``AmbiguousRunId`` when several runs ``user`` may read start with it.
+
+    A full id is one indexed lookup; a prefix is looked up among the visible runs only.
+    """
+    runs = visible_runs(user).select_related("owner")
+    if len(public_id) >= PUBLIC_ID_LENGTH:
+        return runs.get(public_id=public_id)
+    if len(public_id) < MIN_ID_PREFIX:
+        raise Run.DoesNotExist(
+            f"{public_id!r} is too short to name a run; give at least {MIN_ID_PREFIX} "
+            "characters of its id"
+        )
+    matches = list(runs.filter(public_id__startswith=public_id).order_by("-created_at")[:5])
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise AmbiguousRunId(public_id, matches)
+    raise Run.DoesNotExist(f"no run id that you can see starts with {public_id!r}")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ and only the verdict, goodput and a run's request-level intervals read them, so 
 reader goes through ``details()``. They are stored in object storage
 (``portal.benchmarks.samplestore``: a directory or an S3 bucket), named by
 ``Measurement.samples``; rows stored before that keep them in ``Measurement.detail``, a
-JSON column that list queries defer, and read the same.
+JSON column that list queries defer, and read the same. ``telemetry()`` reads the
+time series stored beside them (``samplestore.telemetry_name``).
 """
 
 from __future__ import annotations
@@ -61,3 +62,24 @@ def details(
             detail |= {k: v for k, v in arrays.items() if wanted is None or k in wanted}
         out[pk] = detail
     return out
+
+
+def telemetry(measurements: Iterable[Measurement | int]) -> dict[int, dict[str, Any]]:
+    """Measurement id -> its telemetry (``runners.telemetry``: /metrics and NVML time
+    series, request times, the GPU summary); ``{}`` when it has none. One read of the
+    samples storage per measurement that has samples there, and one query for those given
+    by id (none for rows whose ``samples`` is loaded)."""
+    names: dict[int, str] = {}
+    ids: set[int] = set()
+    for m in measurements:
+        if isinstance(m, Measurement) and "samples" not in m.get_deferred_fields():
+            names[m.pk] = m.samples
+        else:
+            ids.add(m if isinstance(m, int) else m.pk)
+    if ids - set(names):
+        rows = Measurement.objects.filter(pk__in=sorted(ids - set(names)))
+        names.update(rows.values_list("pk", "samples"))
+    return {
+        pk: samplestore.load(samplestore.telemetry_name(name)) if name else {}
+        for pk, name in sorted(names.items())
+    }

@@ -12,6 +12,10 @@ object's name; ``portal.benchmarks.samples`` is the one reader.
 Objects are named after the measurement's identity (run, backend, point, repeat), so a
 retried upload writes the same object again: ingestion stays idempotent, and the object
 is written *before* the row that points at it, so a row never points at nothing.
+
+A measurement's telemetry (``runners.telemetry``: vLLM's /metrics and NVML time series,
+the GPU summary) is a second object beside its samples (``telemetry_name``), written with
+them, so a chart of it never reads the per-request arrays.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ def object_name(run_public_id: str, backend: str, point_key: str, repeat: int) -
     key = json.dumps([backend, point_key, repeat], separators=(",", ":"))
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     return f"samples/{run_public_id}/{digest}.json.gz"
+
+
+def telemetry_name(samples_name: str) -> str:
+    """The telemetry object beside the samples object ``samples_name``."""
+    return samples_name.removesuffix(".json.gz") + ".telemetry.json.gz"
 
 
 def encode(detail: dict[str, Any]) -> bytes:

@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from portal.benchmarks import policy, samples, samplestore
+from portal.benchmarks import energy, policy, preflight, presets, samples, samplestore
 from portal.benchmarks.models import (
     ALLOWED_FROM,
     FINAL_STATUSES,
@@ -38,6 +38,7 @@ from portal.benchmarks.models import (
     Run,
     RunStatus,
 )
+from runners import causes, sla
 from runners import fingerprint as rf
 from runners import result as rr
 from runners import spec as rs
@@ -82,6 +83,9 @@ class RunRequest:
     spec: rs.Spec
     name: str | None = None
     is_public: bool = False
+    # What this portal's executor may not give the run (``preflight``), as {field, message}
+    # with the body's field names: the run is created, and the answer carries them.
+    warnings: tuple[dict[str, str], ...] = ()
 
 
 def spec_from_request(data: Any, user: Any = None) -> RunRequest:
@@ -90,7 +94,8 @@ def spec_from_request(data: Any, user: Any = None) -> RunRequest:
 
     Raises SpecError (``policy.SpecForbidden`` for what the user may not do) with fields
     prefixed by where they were found (``spec.workload.input_len``), so a client can point
-    at them.
+    at them. What the executor cannot give (``preflight``) is refused the same way, or
+    returned as ``warnings``.
     """
     if not isinstance(data, dict):
         raise SpecError([{"field": "", "message": "the body must be a JSON object"}])
@@ -113,17 +118,31 @@ def spec_from_request(data: Any, user: Any = None) -> RunRequest:
         )
     if "preset" in data:
         preset = data["preset"]
-        if not isinstance(preset, str) or preset not in rs.PRESETS:
-            known = ", ".join(sorted(rs.PRESETS))
+        offered = presets.available()
+        if not isinstance(preset, str) or preset not in offered:
+            known = ", ".join(sorted(offered))
             raise SpecError([{"field": "preset", "message": f"unknown preset; known: {known}"}])
-        return RunRequest(rs.preset(preset), name, is_public)
+        spec = presets.build(preset)
+        try:
+            warnings = preflight.check(spec)
+        except SpecError as exc:
+            raise SpecError(
+                [
+                    {"field": "preset", "message": f"the {preset!r} preset {e['message']}"}
+                    for e in exc.errors
+                ]
+            ) from None
+        notes = tuple({"field": "spec." + w["field"], "message": w["message"]} for w in warnings)
+        return RunRequest(spec, name, is_public, notes)
     if not isinstance(data["spec"], dict):
         raise SpecError([{"field": "spec", "message": "spec must be an object (a mapping)"}])
     try:
         spec = rs.parse_spec(data["spec"])
         check_image(spec)
         policy.check(spec, user)
-        return RunRequest(spec, name, is_public)
+        warnings = preflight.check(spec)
+        notes = tuple({"field": "spec." + w["field"], "message": w["message"]} for w in warnings)
+        return RunRequest(spec, name, is_public, notes)
     except SpecError as exc:
         raise type(exc)(
             [
@@ -363,7 +382,7 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
         points = {"baseline": rs.hf_point(spec, backend)}
     else:
         points = {p.key: p for p in spec.points()}
-    point = points.get(m.point.key)
+    point = points.get(m.point.key) or _search_point(run, spec, backend, m)
     if point is None:
         known = ", ".join(list(points)[:8])
         raise IngestRefused(
@@ -390,24 +409,77 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
     return m.model_copy(update={"point": info, "error": cap_text(m.error) or None})
 
 
+def _search_point(run: Run, spec: rs.Spec, backend: Any, m: rr.Measurement) -> rs.Point | None:
+    """The SLA search point a measurement claims to be (``runners.sla``): a load within
+    the search's range, on a searched backend, repeat 0, within its point budget."""
+    search = spec.sla_search
+    value = sla.search_value(spec, m.point.key)
+    if search is None or value is None or backend not in spec.search_backends:
+        return None
+    if m.repeat != 0:
+        raise IngestRefused("repeat", "an SLA search measures each load once: repeat 0")
+    used = (
+        Measurement.objects.filter(run=run, backend=backend.name, sweep=search.name)
+        .exclude(point_key=m.point.key)
+        .count()
+    )
+    if used >= search.max_points:
+        raise IngestRefused(
+            "point.key",
+            f"the SLA search on {backend.name!r} has measured its {search.max_points} points",
+        )
+    return rs.search_point(spec, value)
+
+
+def _search_rows(run: Run) -> list[dict[str, Any]]:
+    """The run's measurements as ``runners.sla`` reads them (one light query)."""
+    rows = Measurement.objects.filter(run=run).order_by("id")
+    return [
+        {
+            "backend": backend,
+            "point": {"key": key},
+            "repeat": repeat,
+            "status": status,
+            "metrics": metrics,
+        }
+        for backend, key, repeat, status, metrics in rows.values_list(
+            "backend", "point_key", "repeat", "status", "metrics"
+        )
+    ]
+
+
+def expected_measurements(run: Run, spec: rs.Spec | None = None) -> int:
+    """How many measurements the run has when complete: the spec's, less the points an
+    SLA search that finished early did not need (``runners.sla.expected_measurements``)."""
+    spec = spec or rs.parse_spec(run.spec)
+    if spec.sla_search is None:
+        return run.progress_total or spec.total_measurements()
+    return sla.expected_measurements(spec, _search_rows(run))
+
+
+def sla_searches(run: Run, spec: rs.Spec | None = None) -> list[dict[str, Any]]:
+    """The run's SLA search answers and paths (``runners.sla.summarize``)."""
+    spec = spec or rs.parse_spec(run.spec)
+    if spec.sla_search is None:
+        return []
+    return sla.summarize(spec, _search_rows(run))
+
+
 def _failed_points_reason(run: Run, errors: list[dict[str, str]]) -> str:
+    """A partial run's failure reason (``runners.causes.headline``, as the runner words an
+    all-failed run): first line the first failed point's real cause and the next step,
+    then how many failed and one line per failed point."""
     failed = list(
         Measurement.objects.filter(run=run, status="failed")
         .order_by("id")
         .values_list("backend", "point_key", "repeat", "error")
     )
     total = run.progress_total or Measurement.objects.filter(run=run).count()
-    items = [f"{b} {p} (repeat {r}): {e or 'no reason given'}" for b, p, r, e in failed[:5]]
+    items = [(f"{b} {p} (repeat {r})", e) for b, p, r, e in failed]
     if not items:
-        items = [f"{e.get('where', '?')}: {e.get('message', '')}" for e in errors[:5]]
-    more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-    count = len(failed) or len(errors)
-    return (
-        f"{count} of {total} measurements failed: "
-        + "; ".join(items)
-        + more
-        + ". The successful measurements are kept; fix the failing points and submit again."
-    )
+        items = [(str(e.get("where", "?")), str(e.get("message", ""))) for e in errors]
+    kept = Measurement.objects.filter(run=run, status="succeeded").count()
+    return causes.headline(items, total, kept=kept, model=run.model_id or None)
 
 
 def ingest_event(run: Run, event: rr.Event) -> str:
@@ -461,7 +533,9 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
         "timings": event.timings or {},
     }
     stored = Measurement.objects.filter(run=run, status="succeeded").count()
-    expected = run.progress_total or rs.parse_spec(run.spec).total_measurements()
+    expected = expected_measurements(run)
+    if expected < (run.progress_total or expected):
+        common["progress_total"] = expected  # an SLA search needed fewer than its budget
     if event.type == "finished" and event.status == "succeeded" and stored < expected:
         # The runner measured everything, but not everything reached PostgreSQL: a page or
         # a gate must never show such a run as complete.
@@ -632,6 +706,7 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
         return existing, False
     if run.status in FINAL_STATUSES:
         raise RunFinished(run)
+    m = energy.apply(run, m)  # energy and cost per token, priced here (benchmarks.energy)
     columns = measurement_columns(m)
     if m.detail:
         # The bulky per-request arrays go to object storage first, under a name derived
@@ -640,6 +715,8 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
         name = samplestore.object_name(run.public_id, m.backend, m.point.key, m.repeat)
         try:
             size = samplestore.save(name, m.detail)
+            if m.telemetry:  # its time series, beside the samples
+                size += samplestore.save(samplestore.telemetry_name(name), m.telemetry)
         except Exception as exc:  # OSError, botocore's errors...: the runner retries a 503
             log.warning("run %s: samples storage failed: %r", run.short_id, exc)
             raise StorageUnavailable(
@@ -665,9 +742,14 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat(timespec="milliseconds") if value else ""
 
 
-def measurement_document(row: Measurement, detail: dict[str, Any] | None = None) -> dict[str, Any]:
+def measurement_document(
+    row: Measurement,
+    detail: dict[str, Any] | None = None,
+    telemetry: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A stored measurement as ``runners.result.Measurement`` JSON; ``detail``: its
-    per-request arrays as ``samples.details`` read them (default: the row's own column)."""
+    per-request arrays as ``samples.details`` read them (default: the row's own column);
+    ``telemetry``: its time series as ``samples.telemetry`` reads them (default: none)."""
     return {
         "backend": row.backend,
         "backend_kind": row.backend_kind,
@@ -692,6 +774,7 @@ def measurement_document(row: Measurement, detail: dict[str, Any] | None = None)
         "raw": row.raw,
         "detail": row.detail if detail is None else detail,
         "conditions": row.conditions or {},
+        "telemetry": telemetry or {},
         "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at),
         "duration_s": row.duration_s or 0.0,
@@ -710,10 +793,12 @@ def document_status(run: Run) -> str:
 
 def result_document(run: Run) -> dict[str, Any]:
     """The run's result document (same shape as the runner's ``--out`` file): 3 queries,
-    and one read of the samples storage per measurement that has samples there."""
+    and two reads of the samples storage (samples, telemetry) per measurement that has
+    samples there."""
     environment = Environment.objects.filter(run=run).first()
     rows = list(Measurement.objects.filter(run=run).order_by("id"))
     arrays = samples.details(rows)
+    series = samples.telemetry(rows)
     errors = list(run.errors or [])
     if run.failure_reason and run.outcome != "partial":
         errors.append({"where": "portal", "message": run.failure_reason})
@@ -730,9 +815,12 @@ def result_document(run: Run) -> dict[str, Any]:
         "spec": run.spec,
         "environment": environment.snapshot if environment else {},
         "fingerprint": environment.fingerprint if environment and environment.fingerprint else None,
-        "measurements": [measurement_document(row, arrays.get(row.pk)) for row in rows],
+        "measurements": [
+            measurement_document(row, arrays.get(row.pk), series.get(row.pk)) for row in rows
+        ],
         "errors": errors,
         "timings": timings,
+        "sla_searches": sla_searches(run),
     }
 
 

@@ -43,7 +43,8 @@ def test_signed_in_users_create_runs_and_anonymous_gets_401(personas, spec_dict)
     assert Run.objects.count() == 2
 
 
-def test_create_from_a_preset(personas):
+def test_create_from_a_preset(personas, settings):
+    settings.SERVEBENCH_LOCAL_GPUS = 1  # the seed asks for a GPU (preflight refuses it without)
     response = personas["owner"].client.post(
         RUNS, {"preset": "seed"}, content_type="application/json"
     )
@@ -246,7 +247,7 @@ def test_only_the_owner_cancels(personas, make_run, django_capture_on_commit_cal
 def test_presets_and_spec_schema_are_public(personas):
     for who in ("owner", "other", "anon"):
         presets = personas[who].client.get("/api/v1/presets/").json()
-        assert [p["name"] for p in presets] == ["seed"]
+        assert [p["name"] for p in presets] == ["seed", "seed-all-baselines"]
         assert presets[0]["spec"]["model"]["id"] == "Qwen/Qwen3-0.6B"
         schema = personas[who].client.get("/api/v1/spec-schema/").json()
         assert schema["title"] == "Spec" and "model" in schema["properties"]

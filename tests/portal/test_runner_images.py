@@ -35,7 +35,8 @@ def test_an_image_nobody_allowed_is_refused_naming_the_field(personas, spec_dict
 def test_the_default_image_and_listed_ones_are_accepted(personas, spec_dict, settings, image):
     settings.SERVEBENCH_K8S_RUNNER_IMAGE = "registry.example.com/servebench-runner:0.1.0"
     settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES = ["registry.example.com/servebench-runner:*"]
-    response = post(personas["owner"], spec_dict(resources={"image": image}))
+    # resources replaced whole: keep the CPU-only run this machine can execute.
+    response = post(personas["owner"], spec_dict(resources={"image": image, "gpu_count": 0}))
     assert response.status_code == 201, response.json()
     assert Run.objects.get().spec["resources"]["image"] == image
 

@@ -501,3 +501,36 @@ def test_the_implied_hf_command_is_the_runners_own() -> None:
     )
     backend = parsed.hf_backends[0]
     assert commands.hf_command(parsed, backend) == hf_config(parsed, backend).command()
+
+
+def test_every_policy_refusal_is_reported_at_once_at_its_field(
+    world: World, make_user: Any, settings: Any
+) -> None:
+    """A spec breaking three of the deployment's rules hears of all three in one answer,
+    from the API and from the form, and nothing is stored."""
+    bad = spec(
+        **{
+            "model.trust_remote_code": True,
+            "model.tokenizer": "/etc/servebench-tokenizer",
+            "resources.gpu_type": "TPU-v9",
+            "resources.node_selector": {"kubernetes.io/hostname": "n1"},
+        }
+    )
+    before = Run.objects.count()
+    response = world.api.post(RUNS, json.dumps({"spec": bad}), content_type=JSON)
+    assert response.status_code == 403, response.content[:500]  # a permission among them
+    fields = {f["field"] for f in response.json()["error"]["fields"]}
+    assert fields == {
+        "spec.model.trust_remote_code",
+        "spec.model.tokenizer",
+        "spec.resources.gpu_type",
+        "spec.resources.node_selector.kubernetes.io/hostname",
+    }
+    client = Client()
+    client.force_login(world.owner)
+    page = client.post("/runs/new/", {"spec_text": json.dumps(bad)})
+    assert page.status_code == 200
+    shown = str(page.context["form"].errors)
+    for field in ("model.trust_remote_code", "model.tokenizer", "resources.gpu_type"):
+        assert field in shown, (field, shown[:800])
+    assert Run.objects.count() == before

@@ -1,5 +1,6 @@
 """The figure builders: series per sweep, repeats averaged, HF as reference, Pareto front,
-capacity markers, and user text escaped for plotly."""
+capacity markers, distinct styles, no empty charts (and why), and user text escaped for
+plotly; the rules they draw (Pareto front, best within a budget, the default budget)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from portal.benchmarks import points as pts
 from portal.benchmarks.capacity import CacheSize, CapacityPlan
-from portal.web import figures
+from portal.web import figures, tables
+from portal.web.figures.common import TRACE_TYPES, spaced
 
 
 def m(backend, kind, sweep, axis, value, repeat, out, p99_ttft=100.0, status="succeeded", **cols):
@@ -91,6 +93,8 @@ def test_throughput_chart_has_the_baseline_line_speedups_and_preemptions(results
     assert fig["data"][2]["x"] == [16.0]
     labels = [a["text"] for a in fig["layout"]["annotations"]]
     assert labels == ["2.0x", "6.7x", "15.0x"]
+    assert fig["title"] == "Output tokens/s (concurrency)"
+    assert fig["layout"]["title"]["text"].startswith("Output tokens/s (concurrency)")
     assert fig["layout"]["xaxis"]["type"] == "log"  # 1..16 spans a 16x range
     # On a log axis plotly wants annotations at log10(x).
     assert [a["x"] for a in fig["layout"]["annotations"]] == pytest.approx(
@@ -116,29 +120,145 @@ def test_latency_chart_draws_the_percentiles_it_has(results):
     assert figures.latency_figure("concurrency", results, "e2el")["data"] == []
 
 
+def test_lines_of_one_chart_differ_in_colour_marker_and_dash(results):
+    for fig in (
+        figures.latency_figure("concurrency", results, "ttft"),
+        figures.rates_figure("concurrency", _rates(results)),
+    ):
+        looks = [
+            (t["line"]["color"], t["marker"]["symbol"], t["line"]["dash"]) for t in fig["data"]
+        ]
+        assert len(looks) >= 2
+        for part in range(3):  # no two lines share a colour, a marker or a dash
+            assert len({look[part] for look in looks}) == len(looks), looks
+        assert fig["layout"]["showlegend"] is True
+
+
+def _rates(results: pts.RunResults) -> pts.RunResults:
+    for p in results.points:
+        if p.ok:
+            p.mean["request_throughput"] = (p.get("output_throughput") or 0) / 32
+            p.mean["total_token_throughput"] = (p.get("output_throughput") or 0) * 5
+    return results
+
+
 def test_the_pareto_front_keeps_only_undominated_points(results):
     # (latency, throughput): the point at 400 ms / 400 tok/s is beaten by 300 ms / 900.
-    assert figures.pareto_front([(50, 120), (400, 400), (300, 900)]) == [0, 2]
+    assert pts.pareto_front([(50, 120), (400, 400), (300, 900)]) == [0, 2]
     fig = figures.pareto_figure("concurrency", results, budget_ms=350)
     points, front = fig["data"]
-    assert points["text"] == ["c=1", "c=4", "c=16"]
+    assert points["customdata"] == ["c=1", "c=4", "c=16"]
+    assert points["text"] == ["c=1", "c=4", "c=16"]  # far apart: every one labelled
     assert front["x"] == [50.0, 300.0] and front["y"] == [120.0, 900.0]
     assert fig["layout"]["shapes"][0]["x0"] == 350
     assert figures.pareto_figure("prompt-length", results) is None  # not a load sweep
 
 
+def test_labels_that_would_overlap_are_left_to_the_hover():
+    # Four load levels bunched at the low end, one far away: the bunch gets one label.
+    bunch = [(10.0, 100.0), (10.5, 101.0), (11.0, 102.0), (11.5, 103.0), (300.0, 900.0)]
+    assert spaced(bunch) == [0, 4]
+    rows = [
+        m("vllm", "vllm", "concurrency", "max_concurrency", c, 0, out, lat)
+        for c, (lat, out) in zip((1, 2, 3, 4, 64), bunch, strict=True)
+    ]
+    fig = figures.pareto_figure("concurrency", pts.RunResults(pts.aggregate(rows)))
+    texts = fig["data"][0]["text"]
+    assert [t for t in texts if t] == ["c=1", "c=64"]
+    assert fig["data"][0]["customdata"] == ["c=1", "c=2", "c=3", "c=4", "c=64"]  # hover
+
+
+def test_best_within_budget_and_the_default_budget(results):
+    conc = results.series()[0]
+    found = pts.load_points(conc)
+    assert found == [(1.0, 50.0, 120.0), (4.0, 400.0, 400.0), (16.0, 300.0, 900.0)]
+    assert pts.best_within_budget(found, 350) == (16.0, 300.0, 900.0)
+    assert pts.best_within_budget(found, 10) is None
+    # No SLO: the median p99 TTFT of the load points (50, 300, 400), two digits.
+    assert pts.default_ttft_budget(results) == (
+        300.0,
+        "the median p99 TTFT of the measured load points",
+    )
+    results.slo = {"ttft_ms": 250.0}
+    assert pts.default_ttft_budget(results) == (250.0, "the spec's SLO")
+
+
 def test_run_figures_lists_the_charts_of_each_sweep(results):
-    ids = [f["id"] for f in figures.run_figures(results)]
-    assert ids == [
+    charts = figures.run_figures(results)
+    assert [f["id"] for f in charts.items] == [
         "concurrency-output", "concurrency-pareto", "concurrency-ttft", "concurrency-server",
         "prompt-length-output", "prompt-length-ttft",
     ]  # fmt: skip
+    first = charts.items[0]
+    assert first["title"] == "Output tokens/s (concurrency)" and set(first["figure"]) == {
+        "data",
+        "layout",
+    }
+    groups = charts.by_sweep()
+    assert [g["sweep"] for g in groups] == ["concurrency", "prompt-length"]
+    assert "time per output token" in " ".join(groups[0]["missing"])
+
+
+def test_a_chart_of_zeros_is_not_drawn_and_the_page_says_why():
+    rows = [
+        m("vllm", "vllm", "c", "max_concurrency", c, 0, 100.0 * c, preemptions=0.0, kv=0.0)
+        for c in (1, 4, 16)
+    ]
+    results = pts.RunResults(pts.aggregate(rows))
+    fig, notes = figures.server_figure("c", results, gpu_memory_bytes=None, on_cpu=True)
+    assert fig is None
+    assert notes == [
+        "KV cache and GPU memory: not measured (this run used the CPU: vLLM's CPU backend "
+        "reports no KV-cache usage and there is no GPU memory to read)."
+    ]
+    charts = figures.run_figures(results, on_cpu=True)
+    assert "c-server" not in [f["id"] for f in charts.items]
+    assert notes[0] in charts.by_sweep()[0]["missing"]
+    # On a GPU with a KV-cache reading, the chart is drawn without the empty lines.
+    rows[2].kv_cache_usage_peak = 0.5
+    fig, notes = figures.server_figure("c", pts.RunResults(pts.aggregate(rows)), None)
+    assert [t["name"] for t in fig["data"]] == ["vllm peak KV cache %"]
+    assert notes == [
+        "Peak GPU memory: not measured (the runner read no GPU memory, or the GPU's total "
+        "is unknown)."
+    ]
+
+
+def test_every_trace_type_is_in_the_bundle(results):
+    """The page loads plotly.js's basic bundle: every trace must be of a type it has."""
+    charts = figures.run_figures(results, budget_ms=300)
+    types = {t["type"] for f in charts.items for t in f["figure"]["data"]}
+    assert types and types <= set(TRACE_TYPES) <= {"scatter", "bar", "pie"}
 
 
 def test_a_run_with_only_failures_has_no_charts():
     failed = [m("vllm", "vllm", "c", "max_concurrency", 1, 0, 0.0, status="failed")]
-    assert figures.run_figures(pts.RunResults(pts.aggregate(failed))) == []
+    assert figures.run_figures(pts.RunResults(pts.aggregate(failed))).items == []
+
+
+def test_headers_name_their_unit_once(results):
+    headings = {h.key: (h.label, h.unit) for h in tables.summary_headings(results)}
+    assert headings["output_throughput"] == ("Output tok/s", "")
+    assert headings["p99_ttft_ms"] == ("TTFT p99", "ms")
+    for label, unit in headings.values():
+        assert not unit or unit not in label, (label, unit)
+
+
+def test_the_summary_shows_key_columns_first_and_the_rest_on_demand(results):
+    headings = tables.summary_headings(results)
+    shown = [h.key for h in headings if not h.extra]
+    assert shown[:1] == ["output_throughput"]
+    assert "p99_ttft_ms" in shown and "p90_ttft_ms" not in shown
+    assert "preemptions" in shown  # a point preempted: it is a key column here
+    first_extra = next(i for i, h in enumerate(headings) if h.extra)
+    assert all(h.extra for h in headings[first_extra:])  # key columns come first
 
 
 def test_user_strings_are_escaped_for_plotly():
     assert figures.esc('<a href="javascript:x">x</a>') == '&lt;a href="javascript:x"&gt;x&lt;/a&gt;'
+    rows = [m("<b>x</b>", "vllm", "<i>s</i>", "max_concurrency", 1, 0, 10.0)]
+    charts = figures.run_figures(pts.RunResults(pts.aggregate(rows)))
+    fig = charts.items[0]
+    assert fig["title"] == "Output tokens/s (<i>s</i>)"  # plain text: the page escapes it
+    assert "<i>" not in fig["figure"]["layout"]["title"]["text"]
+    assert all("<b>" not in t["name"] for c in charts.items for t in c["figure"]["data"])

@@ -114,3 +114,17 @@ def test_a_long_history_is_cut_to_the_newest(series: list[Run]) -> None:
     assert history.truncated and [p.public_id for p in history.points] == [
         r.public_id for r in series[1:]
     ]
+
+
+def test_a_finished_series_is_rendered_once_and_a_new_run_shows(series: list[Run]) -> None:
+    client = signed_in(series[0].owner)
+    url = f"/history/{series[0].fingerprint}/"
+    with CaptureQueriesContext(connection) as built:
+        first = client.get(url)
+    with CaptureQueriesContext(connection) as cached:
+        again = client.get(url)
+    assert len(cached.captured_queries) < len(built.captured_queries)
+    assert again.content.count(b"<tr><td data-sort=") == first.content.count(b"<tr><td data-sort=")
+    webdata.make_sweep_run(series[0].owner, [1, 4, 16], name="tonight", seed=99)
+    fresh = client.get(url)
+    assert b"tonight" in fresh.content and len(fresh.context["history"].points) == 5

@@ -60,7 +60,7 @@ def test_the_run_page_shows_numbers_charts_and_downloads_to_its_owner(finished_r
     summary = page.context["summary"]
     assert summary["hf_output_throughput"] == 40.0
     assert summary["speedup"] == pytest.approx(summary["best"]["output_throughput"] / 40.0)
-    assert "/static/vendor/plotly.min.js" in html  # served by us, never a CDN
+    assert "/static/web/vendor/plotly-basic.min.js" in html  # served by us, never a CDN
     assert "cdn" not in html.lower()
     assert "vllm serve org/tiny-model" in html  # reproduce commands
 
@@ -158,7 +158,8 @@ def test_bad_input_is_shown_next_to_its_field_and_nothing_is_queued(
     assert Run.objects.count() == 0
 
 
-def test_a_valid_form_creates_the_run_and_opens_its_page(make_user: Any) -> None:
+def test_a_valid_form_creates_the_run_and_opens_its_page(make_user: Any, settings: Any) -> None:
+    settings.SERVEBENCH_LOCAL_GPUS = 1  # the seed asks for a GPU (preflight refuses it without)
     user = make_user()
     response = signed_in(user).post(
         "/runs/new/",
@@ -220,7 +221,7 @@ def test_names_with_html_are_shown_as_text(make_run: Any) -> None:
 def test_plotly_js_is_served_from_our_static_files() -> None:
     from django.contrib.staticfiles import finders
 
-    path = finders.find("vendor/plotly.min.js")
+    path = finders.find("web/vendor/plotly-basic.min.js")
     assert path and Path(path).stat().st_size > 1_000_000
-    response = Client().get("/static/vendor/plotly.min.js")
+    response = Client().get("/static/web/vendor/plotly-basic.min.js")
     assert response.status_code == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -329,3 +330,53 @@ def test_open_graph_tags_describe_the_run(make_user: Any) -> None:
     assert '<meta property="og:title" content="synthetic sweep · servebench">' in html
     assert 'property="og:description"' in html and "output tok/s" in html
     assert f'content="http://testserver/runs/{run.public_id}/"' in html
+
+
+def test_a_finished_runs_page_is_computed_once_and_a_sharing_change_shows(
+    make_user: Any,
+) -> None:
+    run = webdata.make_sweep_run(make_user("alice"), [1, 4, 16], slo={"ttft_ms": 500})
+    client = signed_in(run.owner)
+    first, built = page_queries(client, run.get_absolute_url())
+    again, cached = page_queries(client, run.get_absolute_url())
+    # Measurements, samples, contention, environment and commands are not read again.
+    assert cached <= built - 4, (built, cached)
+    assert again.context["fragments"] == first.context["fragments"]
+    assert [f["id"] for f in again.context["figures"]] == [
+        f["id"] for f in first.context["figures"]
+    ]
+    # Making it public moves its updated_at: the next page is built afresh, and says so.
+    client.post(f"/runs/{run.public_id}/visibility/", {"is_public": "1"})
+    shared, rebuilt = page_queries(client, run.get_absolute_url())
+    assert rebuilt == built
+    assert '<span id="visibility">public</span>' in shared.content.decode()
+    # Who manages a run reads whole error texts; a reader does not: separate entries.
+    reader, _ = page_queries(Client(), run.get_absolute_url())
+    assert reader.context["can_manage"] is False
+
+
+def test_an_unfinished_run_is_rebuilt_on_every_request(make_user: Any) -> None:
+    spec = webdata.sweep_spec([1, 4, 16])
+    run = webdata.make_sweep_run(make_user("alice"), [1, 4], finish=False, spec=spec)
+    client = signed_in(run.owner)
+    before, _ = page_queries(client, run.get_absolute_url())
+    data = webdata.scaled_point(webdata.recording(), 16, random.Random(3))
+    services.ingest_measurement(
+        run, webdata.vllm_measurement("concurrency", "max_concurrency", 16, data)
+    )
+    after, _ = page_queries(client, run.get_absolute_url())
+    assert len(after.context["results"].points) == len(before.context["results"].points) + 1
+
+
+def test_the_budget_box_starts_from_the_slo_or_the_median(make_user: Any) -> None:
+    owner = make_user("alice")
+    with_slo = webdata.make_sweep_run(owner, [1, 4, 16, 64], slo={"ttft_ms": 500})
+    page = signed_in(owner).get(with_slo.get_absolute_url())
+    html = page.content.decode()
+    assert 'id="budget-ms" type="number" min="1" step="any" value="500"' in html
+    assert "(from the spec&#x27;s SLO)" in html
+    assert "tok/s at c=" in page.context["budget_best"][0]
+    plain = webdata.make_sweep_run(owner, [1, 4, 16, 64], seed=2)
+    page = signed_in(owner).get(plain.get_absolute_url())
+    assert page.context["budget_source"] == "the median p99 TTFT of the measured load points"
+    assert page.context["budget_ms"] and page.context["budget_best"]
