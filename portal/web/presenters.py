@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from portal.benchmarks import commands, sharing
+from portal.benchmarks import points as pts
 from portal.benchmarks.models import Environment, Measurement, Run
 from portal.benchmarks.points import PointStats, RunResults
 from portal.benchmarks.services import image_allowed
@@ -40,6 +41,8 @@ def summary(results: RunResults) -> dict[str, Any]:
         out["hf_output_throughput"] = base.get("output_throughput")
     if "best" in out and out.get("hf_output_throughput"):
         out["speedup"] = out["best"]["output_throughput"] / out["hf_output_throughput"]
+    if "best" in out:  # "vLLM at c=64: 41x hf-sequential, 3.2x hf-batched"
+        out["speedups"] = results.speedups(out["best"]["point"])
     out.update(headline_noise(out, vllm, base))
     return out
 
@@ -109,6 +112,11 @@ def headline_noise(
     return out
 
 
+def slo_text(slo: dict[str, float]) -> str:
+    """{'ttft_ms': 600} -> 'TTFT ≤ 600 ms' (the SLO as the pages and charts say it)."""
+    return ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
+
+
 def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[str, Any]:
     """Measurements the runner took while something else competed for their cores
     (``conditions.contended``, with its reasons; one query), and which sides of the
@@ -122,7 +130,7 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
     points = [
         {
             "backend": backend,
-            "hf": kind == "hf-sequential",
+            "hf": kind in pts.BASELINE_KINDS,
             "point_key": point_key,
             "repeat": repeat,
             # Runner-supplied text: shown with credentials scrubbed, like its errors.
@@ -229,7 +237,7 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
         if not found["commands"]:
             continue
         replaced += [f"{backend} {point_key} ({k})" for k in found["replaced"]]
-        if kind == "hf-sequential":
+        if kind in pts.BASELINE_KINDS:
             hf[backend] = found["commands"].get("hf", "")
         else:
             per_point[f"{backend} {point_key}"] = found["commands"]

@@ -1,13 +1,26 @@
-"""Everything the run page shows, gathered in a fixed number of queries.
+"""Everything the run page shows, gathered in a fixed number of queries, and for a
+finished run computed once (``portal.web.pagecache``).
 
-Queries, whatever the number of points or repeats: the measurements (one; one more for
-per-request arrays when an SLO's goodput must be computed), the conditions of those the
-runner measured under CPU contention (one), the environment, the
-reproduce commands, the re-runs of this run, the per-request samples of the points
-measured once (their request-level intervals; ``points.attach_request_intervals``), and
-for a re-run its original and the compare verdict against it (``reproduce.verdict``: the
-compare page's queries). The runner's log tail comes from the executor (a file for the
-local one, the Kubernetes API for Jobs), for the owner and staff only.
+The page has two parts:
+
+- ``results_part(run, manager)``: everything derived from the run's measurements,
+  environment and spec: results, headline, contention, capacity, charts, the summary
+  table, the environment, the reproduce commands, and the rendered HTML of the heavy
+  sections (``FRAGMENTS``). The same for every reader, except error texts, which only
+  who manages the run reads in full (``manager``). A finished run cannot change, so
+  this part is cached for it, keyed by its ``updated_at``.
+- per request: who may act on it, the failure reason for this reader, the queue, the
+  runner's log tail, and re-runs (which other runs create).
+
+Queries of the results part, whatever the number of points or repeats: the measurements
+(one; one more for per-request arrays when an SLO's goodput must be computed), the
+conditions of those the runner measured under CPU contention (one), the environment,
+the reproduce commands, the per-request samples of the points measured once (their
+request-level intervals; ``points.attach_request_intervals``). Per request: the re-runs
+of this run, and for a re-run its original and the compare verdict against it
+(``reproduce.verdict``: the compare page's queries). The runner's log tail comes from
+the executor (a file for the local one, the Kubernetes API for Jobs), for the owner and
+staff only.
 """
 
 from __future__ import annotations
@@ -16,14 +29,15 @@ import logging
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.template.loader import render_to_string
 
 from portal.benchmarks import capacity, goodput, queries, reproduce, sharing
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.queue import queue_info
 from portal.dispatch import runlog
-from portal.web import figures, presenters, tables
-from portal.web.figures.run import LOAD_AXES, PARETO_LATENCY, best_within_budget, slo_text
+from portal.web import figures, pagecache, presenters, tables, telemetry
+from portal.web.figures.common import AXIS_SHORT
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
@@ -73,35 +87,36 @@ def slo_summary(results: pts.RunResults) -> list[dict[str, Any]]:
     """Per load sweep and backend: the point with the best goodput under the SLO."""
     if not results.slo:
         return []
-    out = []
-    for s in results.series():
-        if s.axis not in LOAD_AXES:
-            continue
-        best = goodput.best_point(s.points)
-        out.append({"series": s, "best": best})
-    return out
+    return [
+        {"series": s, "best": goodput.best_point(s.points)}
+        for s in results.series()
+        if s.axis in pts.LOAD_AXES
+    ]
 
 
-def budget_summary(results: pts.RunResults, budget_ms: float | None) -> list[dict[str, Any]]:
-    """Per load sweep and backend: the most output tok/s with p99 TTFT within budget."""
+def budget_summary(results: pts.RunResults, budget_ms: float | None) -> list[str]:
+    """Per load sweep and backend, the most output tok/s with p99 TTFT within budget, as
+    the budget box says it (run.js says the same when the reader types a budget)."""
     if not budget_ms:
         return []
     out = []
     for s in results.series():
-        if s.axis not in LOAD_AXES:
+        if s.axis not in pts.LOAD_AXES:
             continue
-        points = [
-            (p.x, p.get(PARETO_LATENCY), p.get("output_throughput"))
-            for p in s.points
-            if p.get(PARETO_LATENCY) is not None and p.get("output_throughput") is not None
-        ]
-        out.append({"series": s, "best": best_within_budget(points, budget_ms)})
+        best = pts.best_within_budget(pts.load_points(s), budget_ms)
+        who = f"{s.backend} {s.sweep}"
+        if best is None:
+            out.append(f"{who}: no point within budget")
+        else:
+            x, latency, throughput = best
+            short = AXIS_SHORT.get(s.axis, s.axis)
+            out.append(
+                f"{who}: {throughput:.1f} tok/s at {short}={pts.number(x)} ({latency:.0f} ms)"
+            )
     return out
 
 
-def rerun_context(
-    user: AbstractBaseUser | AnonymousUser, run: Run, results: pts.RunResults
-) -> dict[str, Any]:
+def rerun_context(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
     """The original of a re-run with the reproduction verdict, and this run's re-runs."""
     out: dict[str, Any] = {"reruns": reproduce.reruns_of(user, run)}
     original = reproduce.original_of(user, run)
@@ -120,12 +135,30 @@ def history_point(results: pts.RunResults) -> pts.PointStats | None:
     return max(vllm, key=lambda p: p.get("output_throughput") or 0.0, default=None)
 
 
-def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
-    """The run page's context (without request-specific URLs)."""
+def _on_cpu(snapshot: dict[str, Any]) -> bool:
+    gpu = snapshot.get("gpu") if isinstance(snapshot.get("gpu"), dict) else {}
+    return bool(gpu) and (gpu.get("count") in (0, "0") or str(gpu.get("model")) == "none")
+
+
+# The heavy sections, rendered once per results part: name -> template.
+FRAGMENTS = {
+    "headline": "web/_run_headline.html",
+    "sla_search": "web/_run_sla_search.html",
+    "charts": "web/_run_charts.html",
+    "capacity": "web/_run_capacity.html",
+    "summary": "web/_run_summary.html",
+    "environment": "web/_run_environment.html",
+    "reproduce": "web/_run_reproduce.html",
+    "telemetry": "web/_telemetry.html",
+}
+
+
+def results_part(run: Run, manager: bool) -> dict[str, Any]:
+    """What the page derives from the run's data (module docstring), with its heavy
+    sections rendered (``fragments``)."""
     results = pts.run_results(run)
     pts.attach_request_intervals(results)  # the headline's and the table's noise
     headline = presenters.summary(results)
-    manager = queries.may_manage(user, run)
     for point in results.points:  # runner text: one line each for who does not manage it
         point.errors = [sharing.error_for(manager, e) for e in point.errors]
     environment = presenters.environment_of(run)
@@ -143,40 +176,60 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
             gpu_name=run.gpu_name,
         )
     )
-    budget = (results.slo or {}).get("ttft_ms")
-    metric_columns = tables.columns(results)
-    preempted = [p for p in results.points if (p.get("preemptions") or 0) > 0]
-    charts = figures.run_figures(results, plan, _gpu_memory_bytes(snapshot), budget)
-    rerun_info = rerun_context(user, run, results)
-    related = [rerun_info.get("original"), *rerun_info["reruns"]]
-    compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]
-    return {
+    budget = pts.default_ttft_budget(results)
+    budget_ms = budget[0] if budget else None
+    headings = tables.summary_headings(results)
+    charts = figures.run_figures(
+        results, plan, _gpu_memory_bytes(snapshot), budget_ms, on_cpu=_on_cpu(snapshot)
+    )
+    part: dict[str, Any] = {
         "results": results,
-        "figures": charts,
-        "has_pareto": any(f["kind"] == "pareto" for f in charts),
-        "compare_ids": compare_ids,
-        "compare_baseline": (rerun_info.get("original") or run).public_id,
+        "figures": charts.items,
+        "chart_groups": charts.by_sweep(),
+        "has_pareto": any(f["kind"] == "pareto" for f in charts.items),
         "summary": headline,
         "contention": presenters.contention(run, results, headline),
-        "metric_columns": metric_columns,
-        "summary_rows": tables.summary_rows(results, metric_columns),
+        "metric_columns": headings,
+        "extra_columns": sum(h.extra for h in headings),
+        "summary_rows": tables.summary_rows(results, headings),
         "capacity": plan,
         "slo": results.slo,
-        "slo_text": slo_text(results.slo) if results.slo else "",
+        "slo_text": presenters.slo_text(results.slo) if results.slo else "",
         "slo_best": slo_summary(results),
-        "budget_ms": budget,
-        "budget_best": budget_summary(results, budget),
-        "preempted": preempted,
-        "environment": environment,
+        "budget_ms": budget_ms,
+        "budget_source": budget[1] if budget else "",
+        "budget_best": budget_summary(results, budget_ms),
+        "preempted": [p for p in results.points if (p.get("preemptions") or 0) > 0],
+        "has_environment": environment is not None,
         "env_facts": presenters.environment_facts(snapshot),
         "snapshot": snapshot,
         "reproduce": presenters.reproduce_commands(run, snapshot),
         "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec)),
+        "history_point": history_point(results),
+    }
+    part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py
+    context = {**part, "run": run}
+    part["fragments"] = {name: render_to_string(t, context) for name, t in FRAGMENTS.items()}
+    return part
+
+
+def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
+    """The run page's context (without request-specific URLs)."""
+    manager = queries.may_manage(user, run)
+    key = pagecache.key("run", run.public_id, run.updated_at, manager) if run.is_final else None
+    part = pagecache.get_or_build(key, lambda: results_part(run, manager))
+    rerun_info = rerun_context(user, run)
+    related = [rerun_info.get("original"), *rerun_info["reruns"]]
+    compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]
+    return {
+        **part,
+        "run": run,
+        "compare_ids": compare_ids,
+        "compare_baseline": (rerun_info.get("original") or run).public_id,
         "can_manage": sharing.can_share(user, run),
-        "can_cancel": queries.may_manage(user, run) and not run.is_final,
+        "can_cancel": manager and not run.is_final,
         "failure_reason": sharing.failure_reason_for(user, run),
         "queue": queue_info(run),
         "log_tail": log_tail(user, run),
-        "history_point": history_point(results),
         **rerun_info,
     }

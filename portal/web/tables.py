@@ -1,9 +1,12 @@
 """The run page's summary table (one row per backend and point, every metric) and its
-CSV / JSON downloads, built from ``portal.benchmarks.points.RunResults``.
+CSV / JSON downloads, built from ``portal.benchmarks.points.RunResults``; the compare
+page's metric table.
 
 Cells carry the raw number (``data-sort`` for the sortable table) and the text shown
 (in the catalogue's unit: % for fractions, GiB for bytes), with "± std" when the point
-had several repeats.
+had several repeats. The summary shows ``KEY_METRICS`` first; the other columns carry
+``extra`` and show on demand. A header names its unit once ("Output tok/s", "TTFT p99
+ms"), never twice.
 """
 
 from __future__ import annotations
@@ -26,6 +29,61 @@ class Cell:
     text: str
     spread: str = ""
     spread_title: str = ""  # how the spread was measured, for the cell's title
+    extra: bool = False  # shown on demand (not one of KEY_METRICS)
+
+
+# What a reader checks first, in this order; the rest of the catalogue is one click away.
+KEY_METRICS = (
+    "output_throughput",
+    "request_throughput",
+    "request_goodput",
+    "slo_attainment",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "p50_tpot_ms",
+    "p99_tpot_ms",
+    "p99_e2el_ms",
+    "preemptions",
+)
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A summary column: its metric, the header text and unit, and whether it is shown
+    before the reader asks for every column."""
+
+    metric: Metric
+    label: str
+    unit: str
+    extra: bool
+
+    @property
+    def key(self) -> str:
+        return self.metric.key
+
+
+def heading(metric: Metric) -> tuple[str, str]:
+    """(label, unit) for a header: the unit is left out where the label already says it
+    ("Output tok/s", "Requests/s"), so no header reads "Output tok/s tok/s"."""
+    unit = metric.unit
+    if unit and ("/s" in metric.label or unit in metric.label.split()):
+        unit = ""
+    return metric.label, unit
+
+
+def summary_headings(results: RunResults) -> list[Heading]:
+    """The metrics some point has: ``KEY_METRICS`` first (preemptions only when a point
+    had some), then the rest of the catalogue, in its order, as ``extra``."""
+    present = columns(results)
+    preempted = any((p.get("preemptions") or 0) > 0 for p in results.points)
+    primary = [
+        m for key in KEY_METRICS for m in present
+        if m.key == key and (key != "preemptions" or preempted)
+    ]  # fmt: skip
+    rest = [m for m in present if m not in primary]
+    return [Heading(m, *heading(m), extra=False) for m in primary] + [
+        Heading(m, *heading(m), extra=True) for m in rest
+    ]
 
 
 @dataclass
@@ -52,11 +110,12 @@ def format_value(metric: Metric, value: float | None) -> str:
     return f"{shown:,.{metric.digits}f}"
 
 
-def summary_rows(results: RunResults, metrics: list[Metric]) -> list[SummaryRow]:
+def summary_rows(results: RunResults, headings: list[Heading]) -> list[SummaryRow]:
     rows = []
     for p in results.points:
         cells = []
-        for metric in metrics:
+        for head in headings:
+            metric = head.metric
             value = p.get(metric.key)
             spread, title = "", ""
             requests = p.requests.get(metric.key) if p.repeats == 1 else None
@@ -68,9 +127,9 @@ def summary_rows(results: RunResults, metrics: list[Metric]) -> list[SummaryRow]
                 rel = requests.relative
                 spread = "±∞" if math.isinf(rel) else f"±{rel * 100:.1f}%"
                 title = requests.describe() + "; it cannot see run-to-run noise"
-            cells.append(
-                Cell(display_value(metric.key, value), format_value(metric, value), spread, title)
-            )
+            shown = display_value(metric.key, value)
+            text = format_value(metric, value)
+            cells.append(Cell(shown, text, spread, title, head.extra))
         rows.append(SummaryRow(p, cells, results.speedup(p)))
     return rows
 
@@ -198,33 +257,56 @@ def _signed_pct(value: float) -> str:
     return f"{value * 100:+.1f}%"
 
 
-def compare_tbody(lines: list[CompareLine]) -> SafeString:
-    """The compare table's rows as HTML, built here rather than in the template: 8 runs x
+def column_order(count: int, baseline: int) -> list[int]:
+    """The compare table's run columns: the baseline first (always on screen), then the
+    others in the order chosen."""
+    return [baseline, *(i for i in range(count) if i != baseline)]
+
+
+def compare_tbody(lines: list[CompareLine], order: list[int] | None = None) -> SafeString:
+    """The compare table's body as HTML, built here rather than in the template: 8 runs x
     20 points x 30 metrics is ~5,000 cells, ten times faster to join than to render
-    through template tags. Every piece of text is escaped."""
-    out = []
+    through template tags. One ``<tbody>`` per point, headed by the point's name, one row
+    per metric; run columns in ``order`` (``column_order``: the baseline first). A cell
+    the engine calls worse or better is coloured and says so in words; every judged cell
+    has the verdict, interval and method in its title. Every piece of text is escaped."""
+    out: list[str] = []
+    current: tuple[str, str] | None = None
+    width = 1 + (len(order) if order is not None else len(lines[0].cells) if lines else 0)
     for line in lines:
         row = line.row
-        unit = f' <span class="unit">{escape(row.metric.unit)}</span>' if row.metric.unit else ""
-        cells = "".join(
-            f'<td class="num {cell.verdict}"'
-            + (
-                f' data-verdict="{escape(cell.word)}" title="{escape(cell.judged)}"'
-                if cell.judged
-                else ""
+        point = (row.point.backend, row.point.point_key)
+        if point != current:
+            if current is not None:
+                out.append("</tbody>")
+            current = point
+            out.append(
+                f'<tbody data-point="{escape(row.point.point_key)}"><tr class="group">'
+                f'<th colspan="{width}" scope="rowgroup">{escape(row.point.backend)} · '
+                f"{escape(row.point.short)}</th></tr>"
             )
-            + f">{escape(cell.text)}"
-            + (
-                f' <span class="delta">{_signed_pct(cell.delta)}</span>'
-                if cell.delta is not None
-                else ""
-            )
-            + "</td>"
-            for cell in line.cells
+        label, unit_text = heading(row.metric)
+        unit = f' <span class="unit">{escape(unit_text)}</span>' if unit_text else ""
+        cells = [line.cells[i] for i in order] if order is not None else line.cells
+        body = "".join(
+            _compare_cell(cell, n == 0 and order is not None) for n, cell in enumerate(cells)
         )
         out.append(
             f'<tr data-metric="{escape(row.metric.key)}">'
-            f"<td>{escape(row.point.backend)} · {escape(row.point.short)}</td>"
-            f"<td>{escape(row.metric.label)}{unit}</td>{cells}</tr>"
+            f'<th scope="row">{escape(label)}{unit}</th>{body}</tr>'
         )
+    if current is not None:
+        out.append("</tbody>")
     return mark_safe("\n".join(out))  # noqa: S308 - built from escaped parts above
+
+
+def _compare_cell(cell: CompareCell, is_baseline: bool) -> str:
+    classes = " ".join(c for c in ("num", cell.verdict, "base" if is_baseline else "") if c)
+    attrs = (
+        f' data-verdict="{escape(cell.word)}" title="{escape(cell.judged)}"' if cell.judged else ""
+    )
+    delta = (
+        f' <span class="delta">{_signed_pct(cell.delta)}</span>' if cell.delta is not None else ""
+    )
+    word = f' <span class="verdict">{escape(cell.word)}</span>' if cell.verdict else ""
+    return f'<td class="{classes}"{attrs}>{escape(cell.text)}{delta}{word}</td>'

@@ -17,6 +17,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(next_page="web:home"), name="logout"),
     path("runs/", runs.run_list, name="run-list"),
     path("runs/new/", runs.run_new, name="run-new"),
+    path("runs/new/check", runs.run_new_check, name="run-new-check"),
     path("runs/<str:public_id>/", runs.run_detail, name="run-detail"),
     path("runs/<str:public_id>/status.json", runs.run_status, name="run-status"),
     path("runs/<str:public_id>/log.txt", runs.run_log, name="run-log"),

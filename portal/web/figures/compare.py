@@ -1,57 +1,72 @@
-"""The compare page's charts: every run's curves overlaid, one colour per run.
+"""The compare page's charts: every run's curves overlaid, one colour and one marker per
+run (the runs table's swatch), each named in the legend, the baseline drawn thicker and
+named as such.
 
-Per sweep name: output tokens/s (HF baselines as dashed lines in the run's colour), p99
-TTFT, p99 TPOT, and throughput against p99 TTFT for load sweeps. Numbers are rounded to
-five significant digits: 8 runs x 20 points stay far below 200 kB of chart data.
+Per sweep name: output tokens/s (each run's HF baseline as a dashed line in the run's
+colour, in the run's legend group), p99 TTFT, p99 TPOT, and throughput against p99 TTFT
+for load sweeps. Numbers are rounded to five significant digits: 8 runs x 20 points stay
+far below 200 kB of chart data.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from portal.benchmarks.compare import Comparison
+from portal.benchmarks import points as pts
+from portal.benchmarks.compare import Column, Comparison
 from portal.web.figures.common import (
     AXIS_SHORT,
     AXIS_TITLES,
-    color,
-    compact,
-    compact_list,
-    esc,
+    Style,
+    chart,
+    figure,
     layout,
     log_x,
+    reference,
+    style,
+    trace,
 )
-from portal.web.figures.run import LOAD_AXES, PARETO_LATENCY
 
 CHARTS = (
     ("output", "output_throughput", "Output tokens/s", "tok/s"),
     ("ttft", "p99_ttft_ms", "p99 time to first token", "ms"),
     ("tpot", "p99_tpot_ms", "p99 time per output token", "ms"),
 )
+NAME_CHARS = 32  # legend names are cut to this many characters (the table has the rest)
 
 
-def _series_label(comparison: Comparison, i: int, backend: str, several: bool) -> str:
-    name = comparison.columns[i].label
-    return esc(f"{name} · {backend}" if several else name)
+def run_name(comparison: Comparison, i: int) -> str:
+    """A run's legend name: its name (cut) and short id, "(baseline)" for the baseline."""
+    column = comparison.columns[i]
+    name = column.run.name or column.run.model_id
+    if len(name) > NAME_CHARS:
+        name = name[: NAME_CHARS - 1] + "…"
+    tail = ", baseline" if i == comparison.baseline else ""
+    return f"{name} ({column.run.short_id}{tail})"
+
+
+def _look(comparison: Comparison, i: int) -> tuple[Style, float]:
+    return style(i), 3.0 if i == comparison.baseline else 1.8
+
+
+def _backends(column: Column, sweep: str) -> list[str]:
+    return sorted({b for (b, _), p in column.points.items() if p.sweep == sweep})
 
 
 def compare_figures(comparison: Comparison) -> list[dict[str, Any]]:
-    """[{id, sweep, kind, figure}] for the compare page."""
+    """``common.chart`` entries for the compare page."""
     sweeps = list(dict.fromkeys(p.sweep for p in comparison.points if p.axis))
     out = []
     for sweep in sweeps:
         axis = next(p.axis for p in comparison.points if p.sweep == sweep and p.axis)
         for kind, key, title, unit in CHARTS:
-            figure = _overlay(comparison, sweep, axis, key, f"{title} ({esc(sweep)})", unit)
-            if figure["data"]:
-                out.append(
-                    {"id": f"{sweep}-{kind}", "sweep": sweep, "kind": kind, "figure": figure}
-                )
-        if axis in LOAD_AXES:
-            figure = _pareto(comparison, sweep, axis)
-            if figure["data"]:
-                out.append(
-                    {"id": f"{sweep}-pareto", "sweep": sweep, "kind": "pareto", "figure": figure}
-                )
+            fig = _overlay(comparison, sweep, axis, key, f"{title} ({sweep})", unit)
+            if fig["data"]:
+                out.append(chart(f"{sweep}-{kind}", sweep, kind, fig))
+        if axis in pts.LOAD_AXES:
+            fig = _pareto(comparison, sweep, axis)
+            if fig["data"]:
+                out.append(chart(f"{sweep}-pareto", sweep, "pareto", fig))
     return out
 
 
@@ -61,95 +76,84 @@ def _overlay(
     traces: list[dict[str, Any]] = []
     all_x: set[float] = set()
     for i, column in enumerate(comparison.columns):
-        backends = sorted({b for (b, _), p in column.points.items() if p.sweep == sweep})
+        backends = _backends(column, sweep)
+        look, width = _look(comparison, i)
         for backend in backends:
-            pts = sorted(
+            found = sorted(
                 (p for (b, _), p in column.points.items() if b == backend and p.sweep == sweep),
                 key=lambda p: p.x,
             )
-            pts = [p for p in pts if p.get(key) is not None]
-            if not pts:
+            found = [p for p in found if p.get(key) is not None]
+            if not found:
                 continue
-            all_x.update(p.x for p in pts)
-            width = 3 if i == comparison.baseline else 2
+            all_x.update(p.x for p in found)
+            name = run_name(comparison, i)
             traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": _series_label(comparison, i, backend, len(backends) > 1),
-                    "x": [p.x for p in pts],
-                    "y": compact_list([p.get(key) for p in pts]),
-                    "error_y": {
-                        "type": "data",
-                        "array": compact_list([p.std.get(key, 0.0) for p in pts]),
-                        "visible": True,
-                        "thickness": 1,
-                    },
-                    "line": {"color": color(i), "width": width},
-                    "hovertemplate": f"%{{x}}: %{{y:,.1f}} {unit}",
-                }
+                trace(
+                    f"{name} · {backend}" if len(backends) > 1 else name,
+                    [p.x for p in found],
+                    [p.get(key) for p in found],
+                    look,
+                    f"%{{x}}: %{{y:,.1f}} {unit}",
+                    errors=[p.std.get(key, 0.0) for p in found],
+                    width=width,
+                    legendgroup=f"run{i}",
+                )
             )
-    several = any(
-        len({b for (b, _), p in c.points.items() if p.sweep == sweep and p.backend_kind == "vllm"})
-        > 1
-        for c in comparison.columns
-    )
+    note = ""
     if key == "output_throughput" and all_x:
         lo, hi = min(all_x), max(all_x)
         for i, column in enumerate(comparison.columns):
             base = next(iter(column.results.baselines.values()), None)
             ref = base.get(key) if base else None
             if ref:
-                traces.append(
-                    {
-                        "type": "scatter",
-                        "mode": "lines",
-                        "name": esc(f"{column.label} · HF baseline"),
-                        "x": [lo, hi],
-                        "y": [compact(ref), compact(ref)],
-                        "line": {"color": color(i), "dash": "dash", "width": 1},
-                        "showlegend": several,
-                        "hovertemplate": f"%{{y:,.1f}} {unit}",
-                    }
+                line = reference(
+                    f"{run_name(comparison, i)} · HF baseline",
+                    lo,
+                    hi,
+                    ref,
+                    style(i).colour,
+                    f"%{{y:,.1f}} {unit}",
                 )
+                line["legendgroup"] = f"run{i}"
+                line["showlegend"] = False  # its run's entry shows and hides it too
+                traces.append(line)
+                note = "dashed: each run's HF sequential baseline"
     xs = sorted(all_x)
-    if key == "output_throughput":
-        title += "<br><sub>dashed: each run's HF sequential baseline</sub>"
-    fig = layout(title, esc(AXIS_TITLES.get(axis, axis)), unit, log_x(xs, axis), xs)
-    # Colours are the runs table's swatches; a legend only when a run has several backends.
-    fig["showlegend"] = several
-    return {"data": traces, "layout": fig}
+    fig_layout = layout(AXIS_TITLES.get(axis, axis), unit, log_x(xs, axis), xs)
+    return figure(title, traces, fig_layout, note)
 
 
 def _pareto(comparison: Comparison, sweep: str, axis: str) -> dict[str, Any]:
     traces = []
     short = AXIS_SHORT.get(axis, "")
     for i, column in enumerate(comparison.columns):
-        pts = sorted(
+        found = sorted(
             (
                 p
                 for p in column.points.values()
                 if p.sweep == sweep
-                and p.get(PARETO_LATENCY) is not None
-                and p.get("output_throughput") is not None
+                and p.get(pts.PARETO_LATENCY) is not None
+                and p.get(pts.PARETO_THROUGHPUT) is not None
             ),
             key=lambda p: p.x,
         )
-        if not pts:
+        if not found:
             continue
+        look, width = _look(comparison, i)
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(column.label),
-                "x": compact_list([p.get(PARETO_LATENCY) for p in pts]),
-                "y": compact_list([p.get("output_throughput") for p in pts]),
-                "customdata": [p.x for p in pts],
-                "line": {"color": color(i), "width": 3 if i == comparison.baseline else 2},
-                "hovertemplate": f"{short}=%{{customdata}}: %{{y:,.1f}} tok/s at %{{x:,.0f}} ms",
-            }
+            trace(
+                run_name(comparison, i),
+                [p.get(pts.PARETO_LATENCY) for p in found],
+                [p.get(pts.PARETO_THROUGHPUT) for p in found],
+                look,
+                "%{customdata}: %{y:,.1f} tok/s at %{x:,.0f} ms",
+                width=width,
+                customdata=[f"{short}={pts.number(p.x)}" for p in found],
+                legendgroup=f"run{i}",
+            )
         )
-    fig = layout(f"Throughput against TTFT ({esc(sweep)})", "p99 TTFT (ms)", "Output tokens/s")
-    fig["xaxis"]["rangemode"] = "tozero"
-    fig["showlegend"] = False
-    return {"data": traces, "layout": fig}
+    fig_layout = layout("p99 TTFT (ms)", "Output tokens/s")
+    fig_layout["xaxis"]["rangemode"] = "tozero"
+    note = "each point a load level: up and to the left is better"
+    return figure(f"Throughput against TTFT ({sweep})", traces, fig_layout, note)

@@ -1,9 +1,10 @@
 """The history chart: one metric at one point, one marker per run, in time order.
 
 Each marker carries its run's URL (``customdata``; a click opens the run); a dotted
-vertical line with a label marks each run whose software versions changed from the
-previous one's (at most ``MAX_LABELS`` labels, the latest ones, so a long history stays
-readable).
+vertical line marks each run whose software versions changed from the previous one's.
+Lines are drawn for every change; labels only for the latest ``MAX_LABELS`` and only
+where they do not run into one another (``common.spaced``), so a long history stays
+readable; every change is also in the table under the chart.
 """
 
 from __future__ import annotations
@@ -12,54 +13,63 @@ from typing import Any
 
 from portal.benchmarks.history import History
 from portal.benchmarks.points import display_value
-from portal.web.figures.common import NOTE_COLOR, compact, esc, layout
+from portal.web.figures.common import NOTE_COLOR, Style, esc, figure, layout, trace
+from portal.web.tables import heading
 
 MAX_LABELS = 25
+LABEL_ROWS = 4
 
 
 def history_figure(history: History) -> dict[str, Any]:
     metric = history.metric
     pts = history.points
-    ys = [compact(display_value(metric.key, p.value)) for p in pts]
-    errs = [compact(display_value(metric.key, p.std)) for p in pts]
-    trace = {
-        "type": "scatter",
-        "mode": "lines+markers",
-        "name": esc(metric.label),
-        "x": [p.created_at.isoformat(timespec="seconds") for p in pts],
-        "y": ys,
-        "error_y": {"type": "data", "array": errs, "visible": True, "thickness": 1},
-        "customdata": [p.url for p in pts],
-        "text": [esc(p.name) for p in pts],
-        "marker": {"size": 8, "color": "#2563eb"},
-        "line": {"color": "#93c5fd"},
-        "hovertemplate": f"%{{text}}<br>%{{y:,.2f}} {metric.unit}<br>%{{x}}<extra></extra>",
-    }
+    times = [p.created_at.isoformat(timespec="seconds") for p in pts]
+    line = trace(
+        metric.label,
+        times,
+        [display_value(metric.key, p.value) for p in pts],
+        Style("#2563eb"),
+        f"%{{text}}<br>%{{y:,.2f}} {metric.unit}<br>%{{x}}<extra></extra>",
+        errors=[display_value(metric.key, p.std) or 0.0 for p in pts],
+        size=8,
+        customdata=[p.url for p in pts],
+        text=[esc(p.name) for p in pts],
+    )
+    line["line"] = {"color": "#93c5fd", "width": 1.5}
     shapes: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    changed = [p for p in pts if p.changes][-MAX_LABELS:]
-    position = {id(p): i for i, p in enumerate(pts)}
-    for n, p in enumerate(changed):
-        late = position[id(p)] > len(pts) / 2  # label to the left of the line near the end
-        x = p.created_at.isoformat(timespec="seconds")
+    changed = [i for i, p in enumerate(pts) if p.changes]
+    for i in changed:
         shapes.append(
             {
                 "type": "line",
                 "xref": "x",
                 "yref": "paper",
-                "x0": x,
-                "x1": x,
+                "x0": times[i],
+                "x1": times[i],
                 "y0": 0,
                 "y1": 1,
                 "line": {"color": NOTE_COLOR, "width": 1, "dash": "dot"},
             }
         )
+    span = (pts[-1].created_at - pts[0].created_at).total_seconds() if pts else 0.0
+    last_x: list[float | None] = [None] * LABEL_ROWS  # where each row's last label sits
+    for n, i in enumerate(changed[-MAX_LABELS:]):
+        p = pts[i]
+        at = (p.created_at - pts[0].created_at).total_seconds() / span if span else 0.5
+        row = n % LABEL_ROWS
+        previous = last_x[row]
+        if previous is not None and at - previous < 0.18:
+            continue  # would run into the label before it in this row: the line stays
+        last_x[row] = at
+        late = at > 0.5  # label to the left of the line in the right half
         annotations.append(
             {
-                "x": x,
+                "x": times[i],
                 "xref": "x",
                 "yref": "paper",
-                "y": 1.0 - 0.06 * (n % 4),
+                "y": 1.0 - 0.07 * row,
+                "yanchor": "top",
                 "text": esc("; ".join(p.changes)),
                 "showarrow": False,
                 "xanchor": "right" if late else "left",
@@ -67,14 +77,17 @@ def history_figure(history: History) -> dict[str, Any]:
                 "bgcolor": "rgba(255,255,255,0.85)",
             }
         )
-    unit = f" ({metric.unit})" if metric.unit else ""
-    fig = layout(
-        esc(f"{metric.label} at {history.point_key} ({history.backend})"),
-        "Run submitted",
-        f"{metric.label}{unit}",
-    )
-    fig["xaxis"] = {"title": {"text": "Run submitted"}, "type": "date"}
-    fig["shapes"] = shapes
-    fig["annotations"] = annotations
-    fig["showlegend"] = False
-    return {"data": [trace], "layout": fig}
+    label, unit = heading(metric)
+    fig_layout = layout("Run submitted", f"{label} ({unit})" if unit else label)
+    fig_layout["xaxis"] = {
+        "title": {"text": "Run submitted", "standoff": 6},
+        "type": "date",
+        "gridcolor": "#e5e7eb",
+        "automargin": True,
+    }
+    fig_layout["shapes"] = shapes
+    fig_layout["annotations"] = annotations
+    fig_layout["showlegend"] = False
+    title = f"{metric.label} at {history.point_key} ({history.backend})"
+    note = "one marker per run; dotted lines: software versions changed"
+    return figure(title, [line], fig_layout, note)

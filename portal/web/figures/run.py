@@ -1,18 +1,26 @@
 """The run page's charts, per sweep: throughput (with the HF reference, speedups and the
-capacity markers), request and token rates, latency percentiles, throughput against
-latency with the Pareto front, goodput under the SLO, and the server's view (KV cache,
-GPU memory, preemptions).
+capacity markers), request and token rates, throughput against latency with the Pareto
+front, goodput under the SLO, latency percentiles, and the server's view (KV cache, GPU
+memory, preemptions).
 
 Input: ``portal.benchmarks.points.RunResults`` (repeats aggregated; error bars are the
-standard deviation across repeats) and the run's ``capacity.CapacityPlan``.
+standard deviation across repeats) and the run's ``capacity.CapacityPlan``. The rules
+the charts draw (the Pareto front, the best point within a budget, the best goodput)
+live beside the data in ``portal.benchmarks``; this module only draws them.
+
+A chart with nothing to say is not drawn: ``RunCharts.missing`` says, per sweep, what
+was not measured and why (on the CPU, vLLM reports no KV-cache usage and there is no GPU
+memory; a client that recorded no p90 has no p90 line).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from portal.benchmarks import goodput
+from portal.benchmarks import points as pts
 from portal.benchmarks.capacity import CapacityPlan
 from portal.benchmarks.points import RunResults, Series, number
 from portal.web.figures.common import (
@@ -21,16 +29,27 @@ from portal.web.figures.common import (
     GOOD_COLOR,
     HF_COLOR,
     NOTE_COLOR,
+    SECOND_STYLE,
+    STAT_STYLES,
     WARN_COLOR,
-    color,
+    Style,
+    ax,
+    by_sweep,
+    chart,
     compact,
-    compact_list,
     esc,
+    figure,
     layout,
     log_x,
+    measured,
+    reference,
     right_axis,
+    spaced,
+    style,
+    trace,
     vline,
 )
+from portal.web.presenters import slo_text
 
 LATENCY_NAMES = {
     "ttft": "Time to first token",
@@ -43,20 +62,60 @@ THROUGHPUT_TITLES = {
     "total_token_throughput": "Total tokens/s",
     "request_throughput": "Requests/s",
 }
-LOAD_AXES = ("max_concurrency", "request_rate")  # axes where "each point is a load level"
+STATS = ("p50", "p90", "p99")
 
 
-def _ax(x: float, logx: bool) -> float:
-    """An annotation's x: plotly wants log10(x) on a log axis."""
-    return math.log10(x) if logx and x > 0 else x
+@dataclass
+class RunCharts:
+    """The charts of a run page (``items``: ``common.chart`` entries, in page order) and,
+    per sweep, what was not drawn and why (``missing``: ``{sweep, text}``)."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, sweep: str, kind: str, fig: dict[str, Any] | None) -> None:
+        if fig is not None and fig["data"]:
+            self.items.append(chart(f"{sweep}-{kind}", sweep, kind, fig))
+
+    def note(self, sweep: str, text: str) -> None:
+        self.missing.append({"sweep": sweep, "text": text})
+
+    def by_sweep(self) -> list[dict[str, Any]]:
+        """[{sweep, charts, missing}] in page order (``common.by_sweep``)."""
+        return by_sweep(self.items, self.missing)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
-def _mine(series: list[Series], sweep: str) -> list[Series]:
-    return [s for s in series if s.sweep == sweep]
+def _mine(results: RunResults, sweep: str) -> list[Series]:
+    return [s for s in results.series() if s.sweep == sweep]
 
 
 def _all_x(mine: list[Series]) -> list[float]:
     return sorted({x for s in mine for x in s.xs()})
+
+
+def _axis(mine: list[Series]) -> str:
+    return mine[0].axis if mine else "max_concurrency"
+
+
+def _xtitle(axis: str) -> str:
+    return AXIS_TITLES.get(axis, axis)  # a stored axis is runner text: layout escapes it
+
+
+def _stat_style(i: int, stat: str, several: bool) -> Style:
+    """p50/p90/p99 each in its own colour, marker and dash; with several backends the
+    backend keeps its colour and the statistic its marker and dash."""
+    look = STAT_STYLES[stat]
+    return Style(style(i).colour, look.symbol, look.dash) if several else look
+
+
+# The reference lines of the baselines after the first (hf-static-cache, ...).
+BASELINE_COLORS = ("#7c3aed", "#0f766e", "#b45309")
 
 
 def throughput_figure(
@@ -66,57 +125,51 @@ def throughput_figure(
     metric: str = "output_throughput",
 ) -> dict[str, Any]:
     """Throughput against the swept axis; HF baseline as a reference line with the speedup
-    over it labelled; preempting points circled in red; capacity markers on concurrency."""
-    series = results.series()
-    mine = _mine(series, sweep)
-    axis = mine[0].axis if mine else "max_concurrency"
+    over it labelled (where labels do not collide); preempting points circled in red;
+    capacity markers on concurrency."""
+    mine = _mine(results, sweep)
+    axis = _axis(mine)
     all_x = _all_x(mine)
     logx = log_x(all_x, axis)
-    traces: list[dict[str, Any]] = []
-    for i, s in enumerate(mine):
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(s.backend),
-                "x": s.xs(),
-                "y": compact_list(s.ys(metric)),
-                "error_y": {"type": "data", "array": compact_list(s.errs(metric)), "visible": True},
-                "line": {"color": color(i)},
-                "hovertemplate": "%{x}: %{y:,.1f} tok/s",
-            }
+    unit = "req/s" if metric == "request_throughput" else "tok/s"
+    traces: list[dict[str, Any]] = [
+        trace(
+            s.backend,
+            s.xs(),
+            s.ys(metric),
+            style(i),
+            f"%{{x}}: %{{y:,.1f}} {unit}",
+            errors=s.errs(metric),
         )
+        for i, s in enumerate(mine)
+    ]
     annotations: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
-    for name, base in results.baselines.items():
-        ref = base.get(metric)
-        if not ref or not all_x:
-            continue
-        traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": esc(f"{name} (baseline, {base.input_len} in / {base.output_len} out)"),
-                "x": [all_x[0], all_x[-1]],
-                "y": [compact(ref), compact(ref)],
-                "line": {"color": HF_COLOR, "dash": "dash"},
-                "hovertemplate": "%{y:,.1f} tok/s",
-            }
-        )
-        for s in mine:
-            for x, y in zip(s.xs(), s.ys(metric), strict=True):
-                if y:
-                    annotations.append(
-                        {
-                            "x": _ax(x, logx),
-                            "y": y,
-                            "text": f"{y / ref:.1f}x",
-                            "showarrow": False,
-                            "yshift": 14,
-                            "font": {"size": 11, "color": "#374151"},
-                        }
-                    )
-        break  # one reference line: the first baseline
+    baselines = list(results.baselines.values())  # a reference line each
+    for k, b in enumerate(baselines):
+        value = b.get(metric)
+        if value and all_x:
+            name = f"{b.backend} (baseline, {b.input_len} in / {b.output_len} out)"
+            colour = HF_COLOR if k == 0 else BASELINE_COLORS[(k - 1) % len(BASELINE_COLORS)]
+            traces.append(
+                reference(name, all_x[0], all_x[-1], value, colour, f"%{{y:,.1f}} {unit}")
+            )
+    base = baselines[0] if baselines else None  # the labels: times the first
+    ref = base.get(metric) if base is not None else None
+    if base is not None and ref and all_x:
+        labelled = [(x, y) for s in mine for x, y in zip(s.xs(), s.ys(metric), strict=True) if y]
+        for j in spaced(labelled, logx, min_dx=0.07, min_dy=0.08):
+            x, y = labelled[j]
+            annotations.append(
+                {
+                    "x": ax(x, logx),
+                    "y": y,
+                    "text": f"{y / ref:.1f}x",
+                    "showarrow": False,
+                    "yshift": 14,
+                    "font": {"size": 11, "color": "#374151"},
+                }
+            )
     preempted = [
         (p.x, p.get(metric), p.get("preemptions"))
         for s in mine
@@ -125,34 +178,30 @@ def throughput_figure(
     ]
     if preempted:
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": "preemptions (cache past its efficient point)",
-                "x": [x for x, _, _ in preempted],
-                "y": [compact(y) for _, y, _ in preempted],
-                "text": [f"{n:,.0f} preemptions" for _, _, n in preempted],
-                "marker": {
-                    "symbol": "circle-open",
-                    "size": 16,
-                    "color": WARN_COLOR,
-                    "line": {"width": 2},
-                },
-                "hovertemplate": "%{x}: %{text}",
-            }
+            trace(
+                "preemptions (cache past its efficient point)",
+                [x for x, _, _ in preempted],
+                [y for _, y, _ in preempted],
+                Style(WARN_COLOR, "circle-open"),
+                "%{x}: %{text}",
+                mode="markers",
+                size=16,
+                text=[f"{n:,.0f} preemptions" for _, _, n in preempted],
+            )
         )
+        traces[-1]["marker"]["line"] = {"width": 2, "color": WARN_COLOR}
     if plan is not None and axis == "max_concurrency" and all_x:
         for row, (x, text, colour) in enumerate(_capacity_markers(plan, all_x)):
             shape, note = vline(x, text, colour, row=row)
-            note["x"] = _ax(x, logx)
+            note["x"] = ax(x, logx)
             shapes.append(shape)
             annotations.append(note)
     title = THROUGHPUT_TITLES[metric]
-    xtitle = esc(AXIS_TITLES.get(axis, axis))  # a stored axis is runner text: escaped
-    fig_layout = layout(f"{title} ({esc(sweep)})", xtitle, title, logx, all_x)
+    fig_layout = layout(_xtitle(axis), title, logx, all_x)
     fig_layout["annotations"] = annotations
     fig_layout["shapes"] = shapes
-    return {"data": traces, "layout": fig_layout}
+    note = f"the labels: times {base.backend}" if annotations and ref and base else ""
+    return figure(f"{title} ({sweep})", traces, fig_layout, note)
 
 
 def _capacity_markers(plan: CapacityPlan, all_x: list[float]) -> list[tuple[float, str, str]]:
@@ -173,170 +222,142 @@ def _capacity_markers(plan: CapacityPlan, all_x: list[float]) -> list[tuple[floa
 
 
 def rates_figure(sweep: str, results: RunResults) -> dict[str, Any]:
-    """Requests/s (left axis) and total tokens/s (right axis) against the swept axis."""
-    mine = _mine(results.series(), sweep)
-    axis = mine[0].axis if mine else "max_concurrency"
+    """Requests/s (top panel) and total tokens/s (bottom panel) against the swept axis,
+    sharing the x axis: at a fixed prompt and output length the two are proportional, so
+    on one plot their lines would lie on top of each other."""
+    mine = _mine(results, sweep)
+    axis = _axis(mine)
     all_x = _all_x(mine)
+    several = len(mine) > 1
     traces = []
     for i, s in enumerate(mine):
         if not (s.has("request_throughput") or s.has("total_token_throughput")):
             continue
+        first = style(i) if several else STAT_STYLES["p50"]
+        second = Style(style(i).colour, "diamond", "dash") if several else SECOND_STYLE
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(f"{s.backend} requests/s"),
-                "x": s.xs(),
-                "y": compact_list(s.ys("request_throughput")),
-                "error_y": {
-                    "type": "data",
-                    "array": compact_list(s.errs("request_throughput")),
-                    "visible": True,
-                },
-                "line": {"color": color(i)},
-                "hovertemplate": "%{x}: %{y:,.2f} req/s",
-            }
+            trace(
+                f"{s.backend} requests/s",
+                s.xs(),
+                s.ys("request_throughput"),
+                first,
+                "%{x}: %{y:,.2f} req/s",
+                errors=s.errs("request_throughput"),
+            )
         )
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(f"{s.backend} total tokens/s"),
-                "x": s.xs(),
-                "y": compact_list(s.ys("total_token_throughput")),
-                "yaxis": "y2",
-                "line": {"color": color(i), "dash": "dash"},
-                "marker": {"symbol": "diamond"},
-                "hovertemplate": "%{x}: %{y:,.0f} tok/s",
-            }
+            trace(
+                f"{s.backend} total tokens/s (lower panel)",
+                s.xs(),
+                s.ys("total_token_throughput"),
+                second,
+                "%{x}: %{y:,.0f} tok/s",
+                errors=s.errs("total_token_throughput"),
+                yaxis="y2",
+            )
         )
-    fig_layout = layout(
-        f"Requests/s and total tokens/s ({esc(sweep)})",
-        esc(AXIS_TITLES.get(axis, axis)),
-        "Requests/s",
-        log_x(all_x, axis),
-        all_x,
-    )
-    fig_layout["yaxis2"] = right_axis("Total tokens/s (prompt + output)")
-    fig_layout["margin"]["r"] = 70
-    return {"data": traces, "layout": fig_layout}
+    fig_layout = layout(_xtitle(axis), "Requests/s", log_x(all_x, axis), all_x)
+    fig_layout["xaxis"]["anchor"] = "y2"
+    fig_layout["yaxis"]["domain"] = [0.56, 1.0]
+    fig_layout["yaxis2"] = {
+        **fig_layout["yaxis"],
+        "title": {"text": "Total tok/s", "standoff": 6},
+        "domain": [0.0, 0.44],
+    }
+    note = "total = prompt + output tokens"
+    return figure(f"Requests/s and total tokens/s ({sweep})", traces, fig_layout, note)
 
 
 def latency_figure(sweep: str, results: RunResults, metric: str = "ttft") -> dict[str, Any]:
-    """p50 / p90 / p99 of one latency metric against the swept axis (absent stats are
-    left out rather than drawn empty)."""
-    mine = _mine(results.series(), sweep)
-    axis = mine[0].axis if mine else "max_concurrency"
+    """p50 / p90 / p99 of one latency metric against the swept axis, each statistic its
+    own colour, marker and dash (absent statistics are left out, not drawn empty)."""
+    mine = _mine(results, sweep)
+    axis = _axis(mine)
+    several = len(mine) > 1
     traces = []
-    dashes = {"p50": "solid", "p90": "dash", "p99": "dot"}
     for i, s in enumerate(mine):
-        for stat, dash in dashes.items():
+        for stat in STATS:
             key = f"{stat}_{metric}_ms"
             if not s.has(key):
                 continue
             traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": esc(f"{s.backend} {stat}"),
-                    "x": s.xs(),
-                    "y": compact_list(s.ys(key)),
-                    "line": {"color": color(i), "dash": dash},
-                    "hovertemplate": "%{x}: %{y:,.1f} ms",
-                }
+                trace(
+                    f"{s.backend} {stat}",
+                    s.xs(),
+                    s.ys(key),
+                    _stat_style(i, stat, several),
+                    "%{x}: %{y:,.1f} ms",
+                    errors=s.errs(key),
+                )
             )
     all_x = _all_x(mine)
-    return {
-        "data": traces,
-        "layout": layout(
-            f"{LATENCY_NAMES[metric]} ({esc(sweep)})",
-            esc(AXIS_TITLES.get(axis, axis)),
-            "ms",
-            log_x(all_x, axis),
-            all_x,
-        ),
-    }
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both latency (lower) and throughput
-    (higher), sorted by latency. ``points``: (latency, throughput)."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    front: list[int] = []
-    best = -math.inf
-    for i in order:
-        if points[i][1] > best:
-            front.append(i)
-            best = points[i][1]
-    return front
-
-
-def best_within_budget(
-    points: list[tuple[float, float, float]], budget_ms: float
-) -> tuple[float, float, float] | None:
-    """(x, latency, throughput) with the highest throughput whose latency <= budget."""
-    ok = [p for p in points if p[1] <= budget_ms]
-    return max(ok, key=lambda p: p[2], default=None)
-
-
-PARETO_LATENCY = "p99_ttft_ms"
+    fig_layout = layout(_xtitle(axis), "ms", log_x(all_x, axis), all_x)
+    found = [stat for stat in STATS if any(s.has(f"{stat}_{metric}_ms") for s in mine)]
+    note = ", ".join(found[:-1]) + (" and " if len(found) > 1 else "") + found[-1] if found else ""
+    if found and "p90" not in found:
+        note += " (the client recorded no p90)"
+    return figure(f"{LATENCY_NAMES[metric]} ({sweep})", traces, fig_layout, note)
 
 
 def pareto_figure(
     sweep: str, results: RunResults, budget_ms: float | None = None
 ) -> dict[str, Any] | None:
     """Output tokens/s against p99 TTFT, each point a load level, the Pareto front joined:
-    read off the most throughput within a TTFT budget."""
-    mine = _mine(results.series(), sweep)
-    if not mine or mine[0].axis not in LOAD_AXES:
+    read off the most throughput within a TTFT budget (drawn as a line). Load levels are
+    labelled where the labels do not collide (front points first); hover names each."""
+    mine = _mine(results, sweep)
+    if not mine or mine[0].axis not in pts.LOAD_AXES:
         return None
     traces: list[dict[str, Any]] = []
     short = AXIS_SHORT.get(mine[0].axis, "")
     for i, s in enumerate(mine):
-        pts = [
-            (p.x, p.get(PARETO_LATENCY), p.get("output_throughput"))
-            for p in s.points
-            if p.get(PARETO_LATENCY) is not None and p.get("output_throughput") is not None
-        ]
-        if not pts:
+        found = pts.load_points(s)
+        if not found:
             continue
+        front = pts.pareto_front([(lat, tput) for _, lat, tput in found])
+        order = front + [j for j in range(len(found)) if j not in front]
+        shown = {order[k] for k in spaced([(found[j][1], found[j][2]) for j in order])}
+        labels = [f"{short}={number(x)}" for x, _, _ in found]
+        look = style(i)
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "markers+text",
-                "name": esc(s.backend),
-                "x": [compact(lat) for _, lat, _ in pts],
-                "y": [compact(tput) for _, _, tput in pts],
-                "text": [f"{short}={number(x)}" for x, _, _ in pts],
-                "customdata": [x for x, _, _ in pts],
-                "textposition": "top center",
-                "marker": {"color": color(i), "size": 9},
-                "hovertemplate": f"{short}=%{{customdata}}: %{{y:,.1f}} tok/s at %{{x:,.0f}} ms",
-            }
+            trace(
+                s.backend,
+                [compact(lat) for _, lat, _ in found],
+                [tput for _, _, tput in found],
+                look,
+                "%{customdata}: %{y:,.1f} tok/s at %{x:,.0f} ms",
+                mode="markers+text",
+                size=9,
+                text=[labels[j] if j in shown else "" for j in range(len(found))],
+                customdata=labels,
+                textposition="top center",
+                textfont={"size": 10, "color": "#374151"},
+            )
         )
-        front = pareto_front([(lat, tput) for _, lat, tput in pts])
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": esc(f"{s.backend} Pareto front"),
-                "x": [compact(pts[j][1]) for j in front],
-                "y": [compact(pts[j][2]) for j in front],
-                "line": {"color": color(i), "dash": "dash", "shape": "hv"},
-                "hoverinfo": "skip",
-            }
+            trace(
+                f"{s.backend} Pareto front",
+                [compact(found[j][1]) for j in front],
+                [found[j][2] for j in front],
+                Style(look.colour, look.symbol, "dash"),
+                "",
+                mode="lines",
+                hoverinfo="skip",
+                line={"color": look.colour, "dash": "dash", "shape": "hv", "width": 1.5},
+            )
         )
     if not traces:
         return None
-    fig_layout = layout(
-        f"Throughput against TTFT ({esc(sweep)})", "p99 time to first token (ms)", "Output tokens/s"
-    )
+    fig_layout = layout("p99 time to first token (ms)", "Output tokens/s")
     if budget_ms:
         shape, note = vline(budget_ms, f"TTFT budget {budget_ms:,.0f} ms", GOOD_COLOR, "dash")
+        # Top left of the line: the corner a throughput-latency curve never reaches.
+        note["y"], note["yanchor"], note["xanchor"] = 0.98, "top", "right"
         fig_layout["shapes"] = [shape]
         fig_layout["annotations"] = [note]
     fig_layout["xaxis"]["rangemode"] = "tozero"
-    return {"data": traces, "layout": fig_layout}
+    note = "each point a load level; the dashed line joins those no other beats on both"
+    return figure(f"Throughput against TTFT ({sweep})", traces, fig_layout, note)
 
 
 def goodput_figure(sweep: str, results: RunResults) -> dict[str, Any] | None:
@@ -344,156 +365,158 @@ def goodput_figure(sweep: str, results: RunResults) -> dict[str, Any] | None:
     requests within the SLO on the right axis, the best point marked."""
     if not results.slo:
         return None
-    mine = _mine(results.series(), sweep)
+    mine = _mine(results, sweep)
     if not any(s.has("request_goodput") for s in mine):
         return None
     traces = []
     annotations = []
-    axis = mine[0].axis
+    axis = _axis(mine)
     all_x = _all_x(mine)
     logx = log_x(all_x, axis)
+    several = len(mine) > 1
     for i, s in enumerate(mine):
+        colour = style(i).colour if several else GOOD_COLOR
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(f"{s.backend} goodput"),
-                "x": s.xs(),
-                "y": compact_list(s.ys("request_goodput")),
-                "line": {"color": color(i), "width": 3},
-                "hovertemplate": "%{x}: %{y:,.2f} good req/s",
-            }
+            trace(
+                f"{s.backend} goodput",
+                s.xs(),
+                s.ys("request_goodput"),
+                Style(colour, "circle"),
+                "%{x}: %{y:,.2f} good req/s",
+                width=3,
+            )
         )
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines",
-                "name": esc(f"{s.backend} all requests/s"),
-                "x": s.xs(),
-                "y": compact_list(s.ys("request_throughput")),
-                "line": {"color": color(i), "dash": "dot", "width": 1.5},
-                "hovertemplate": "%{x}: %{y:,.2f} req/s",
-            }
+            trace(
+                f"{s.backend} all requests/s",
+                s.xs(),
+                s.ys("request_throughput"),
+                Style(style(i).colour if several else "#2563eb", "square", "dot"),
+                "%{x}: %{y:,.2f} req/s",
+                width=1.5,
+                size=6,
+            )
         )
         attainment = [v * 100 if v is not None else None for v in s.ys("slo_attainment")]
         traces.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": esc(f"{s.backend} % within SLO"),
-                "x": s.xs(),
-                "y": compact_list(attainment),
-                "yaxis": "y2",
-                "line": {"color": GOOD_COLOR, "dash": "dash", "width": 1.5},
-                "marker": {"symbol": "triangle-up", "size": 7},
-                "hovertemplate": "%{x}: %{y:.0f}% within SLO",
-            }
+            trace(
+                f"{s.backend} % within SLO (right axis)",
+                s.xs(),
+                attainment,
+                Style(NOTE_COLOR, "triangle-up", "dash"),
+                "%{x}: %{y:.0f}% within SLO",
+                yaxis="y2",
+                width=1.5,
+            )
         )
         best = goodput.best_point(s.points)
         if best is not None:
             annotations.append(
                 {
-                    "x": _ax(best.x, logx),
+                    "x": ax(best.x, logx),
                     "y": best.get("request_goodput"),
-                    "text": f"best: {number(best.x)}",
+                    "text": esc(f"best: {number(best.x)}"),
                     "arrowcolor": GOOD_COLOR,
                     "ax": 0,
                     "ay": -35,
                     "font": {"color": GOOD_COLOR, "size": 11},
                 }
             )
-    fig_layout = layout(
-        f"Goodput under the SLO ({slo_text(results.slo)})",
-        esc(AXIS_TITLES.get(axis, axis)),
-        "Requests/s",
-        logx,
-        all_x,
-    )
+    fig_layout = layout(_xtitle(axis), "Requests/s", logx, all_x)
     fig_layout["yaxis2"] = right_axis(
         "% of requests within SLO", range=[0, 105], rangemode="normal"
     )
     fig_layout["annotations"] = annotations
-    fig_layout["margin"]["r"] = 70
-    return {"data": traces, "layout": fig_layout}
+    fig_layout["margin"]["r"] = 60
+    title = f"Goodput under the SLO ({sweep})"
+    return figure(title, traces, fig_layout, slo_text(results.slo))
 
 
-def slo_text(slo: dict[str, float]) -> str:
-    """{'ttft_ms': 600} -> 'TTFT ≤ 600 ms'."""
-    return ", ".join(f"{k.removesuffix('_ms').upper()} ≤ {v:g} ms" for k, v in slo.items())
+CPU_REASON = (
+    "this run used the CPU: vLLM's CPU backend reports no KV-cache usage and there is no "
+    "GPU memory to read"
+)
 
 
 def server_figure(
-    sweep: str, results: RunResults, gpu_memory_bytes: float | None = None
-) -> dict[str, Any] | None:
+    sweep: str,
+    results: RunResults,
+    gpu_memory_bytes: float | None = None,
+    on_cpu: bool = False,
+) -> tuple[dict[str, Any] | None, list[str]]:
     """Per point: peak KV-cache usage and peak GPU memory (% of the GPU's), left axis;
-    preemptions (when there were any) in red on the right axis."""
-    mine = _mine(results.series(), sweep)
-    keys = ("kv_cache_usage_peak", "gpu_memory_peak_bytes", "preemptions")
-    if not any(s.has(k) for s in mine for k in keys):
-        return None
-    axis = mine[0].axis
-    all_x = _all_x(mine)
+    preemptions (when there were any) in red on the right axis. A line that would be all
+    zeros or empty is left out, and the notes say what was not measured and why."""
+    mine = _mine(results, sweep)
     traces: list[dict[str, Any]] = []
-    preempted = False
+    kv_seen = gpu_seen = preempted = False
     for i, s in enumerate(mine):
-        if s.has("kv_cache_usage_peak"):
+        look = style(i)
+        kv = [v * 100 if v is not None else None for v in s.ys("kv_cache_usage_peak")]
+        if measured(kv):
+            kv_seen = True
             traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": esc(f"{s.backend} peak KV cache %"),
-                    "x": s.xs(),
-                    "y": [compact(v * 100) if v is not None else None for v in s.ys(keys[0])],
-                    "line": {"color": color(i)},
-                    "hovertemplate": "%{x}: %{y:.0f}% of the KV cache",
-                }
+                trace(
+                    f"{s.backend} peak KV cache %",
+                    s.xs(),
+                    kv,
+                    look,
+                    "%{x}: %{y:.0f}% of the KV cache",
+                )
             )
-        if s.has("gpu_memory_peak_bytes") and gpu_memory_bytes:
+        memory = s.ys("gpu_memory_peak_bytes")
+        if measured(memory) and gpu_memory_bytes:
+            gpu_seen = True
             traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": esc(f"{s.backend} peak GPU memory %"),
-                    "x": s.xs(),
-                    "y": [
-                        compact(v / gpu_memory_bytes * 100) if v is not None else None
-                        for v in s.ys(keys[1])
-                    ],
-                    "line": {"color": color(i), "dash": "dash"},
-                    "marker": {"symbol": "square"},
-                    "hovertemplate": "%{x}: %{y:.0f}% of GPU memory",
-                }
+                trace(
+                    f"{s.backend} peak GPU memory %",
+                    s.xs(),
+                    [v / gpu_memory_bytes * 100 if v is not None else None for v in memory],
+                    Style("#7c3aed" if len(mine) == 1 else look.colour, "square", "dash"),
+                    "%{x}: %{y:.0f}% of GPU memory",
+                )
             )
-        if any((v or 0) > 0 for v in s.ys("preemptions")):
+        if measured(s.ys("preemptions")):
             preempted = True
             traces.append(
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": esc(f"{s.backend} preemptions"),
-                    "x": s.xs(),
-                    "y": compact_list(s.ys("preemptions")),
-                    "yaxis": "y2",
-                    "line": {"color": WARN_COLOR, "width": 1.5},
-                    "marker": {"symbol": "x", "size": 9, "color": WARN_COLOR},
-                    "hovertemplate": "%{x}: %{y:,.0f} preemptions",
-                }
+                trace(
+                    f"{s.backend} preemptions (right axis)",
+                    s.xs(),
+                    s.ys("preemptions"),
+                    Style(WARN_COLOR, "x"),
+                    "%{x}: %{y:,.0f} preemptions",
+                    yaxis="y2",
+                    width=1.5,
+                    size=9,
+                )
             )
+    notes = []
+    if not kv_seen and not gpu_seen:
+        why = CPU_REASON if on_cpu else "the server reported nothing, or 0, at every point"
+        notes.append(f"KV cache and GPU memory: not measured ({why}).")
+    elif not kv_seen:
+        notes.append("Peak KV-cache usage: the server reported nothing, or 0%, at every point.")
+    elif not gpu_seen:
+        why = (
+            "there is no GPU memory on the CPU"
+            if on_cpu
+            else "the runner read no GPU memory, or the GPU's total is unknown"
+        )
+        notes.append(f"Peak GPU memory: not measured ({why}).")
     if not traces:
-        return None
-    note = "" if preempted else ", no preemptions"
+        return None, notes
+    title = "KV cache and GPU memory" + (", preemptions" if preempted else "")
+    note = "" if preempted else "no preemptions"
+    all_x = _all_x(mine)
     fig_layout = layout(
-        f"KV cache, GPU memory{note if note else ' and preemptions'} ({esc(sweep)})",
-        esc(AXIS_TITLES.get(axis, axis)),
-        "% (peak during the point)",
-        log_x(all_x, axis),
-        all_x,
+        _xtitle(_axis(mine)), "% (peak during the point)", log_x(all_x, _axis(mine)), all_x
     )
     fig_layout["yaxis"]["range"] = [0, 105]
+    fig_layout["yaxis"]["rangemode"] = "normal"
     if preempted:
         fig_layout["yaxis2"] = right_axis("Preemptions")
-        fig_layout["margin"]["r"] = 70
-    return {"data": traces, "layout": fig_layout}
+        fig_layout["margin"]["r"] = 60
+    return figure(f"{title} ({sweep})", traces, fig_layout, note), notes
 
 
 def run_figures(
@@ -501,20 +524,38 @@ def run_figures(
     plan: CapacityPlan | None = None,
     gpu_memory_bytes: float | None = None,
     budget_ms: float | None = None,
-) -> list[dict[str, Any]]:
-    """Every chart of a run page, grouped by sweep: [{id, sweep, kind, figure}]."""
-    out: list[dict[str, Any]] = []
-
-    def add(sweep: str, kind: str, figure: dict[str, Any] | None) -> None:
-        if figure is not None and figure["data"]:
-            out.append({"id": f"{sweep}-{kind}", "sweep": sweep, "kind": kind, "figure": figure})
-
+    on_cpu: bool = False,
+) -> RunCharts:
+    """Every chart of a run page, grouped by sweep, and what was not drawn and why."""
+    out = RunCharts()
     for sweep in results.sweeps():
-        add(sweep, "output", throughput_figure(sweep, results, plan))
-        add(sweep, "rates", rates_figure(sweep, results))
-        add(sweep, "pareto", pareto_figure(sweep, results, budget_ms))
-        add(sweep, "goodput", goodput_figure(sweep, results))
+        mine = _mine(results, sweep)
+        out.add(sweep, "output", throughput_figure(sweep, results, plan))
+        out.add(sweep, "rates", rates_figure(sweep, results))
+        if mine and mine[0].axis in pts.LOAD_AXES:
+            fig = pareto_figure(sweep, results, budget_ms)
+            if fig is None:
+                out.note(sweep, "Throughput against TTFT: no point measured a p99 TTFT.")
+            out.add(sweep, "pareto", fig)
+        if results.slo:
+            fig = goodput_figure(sweep, results)
+            if fig is None:
+                out.note(
+                    sweep,
+                    "Goodput: the spec sets an SLO, but no point has the per-request "
+                    "samples to count the requests that met it.",
+                )
+            out.add(sweep, "goodput", fig)
+        absent = []
         for metric in ("ttft", "tpot", "itl", "e2el"):
-            add(sweep, metric, latency_figure(sweep, results, metric))
-        add(sweep, "server", server_figure(sweep, results, gpu_memory_bytes))
+            fig = latency_figure(sweep, results, metric)
+            if not fig["data"]:
+                absent.append(LATENCY_NAMES[metric].lower())
+            out.add(sweep, metric, fig)
+        if absent:
+            out.note(sweep, f"Not in the bench client's output here: {', '.join(absent)}.")
+        fig, notes = server_figure(sweep, results, gpu_memory_bytes, on_cpu)
+        out.add(sweep, "server", fig)
+        for text in notes:
+            out.note(sweep, text)
     return out

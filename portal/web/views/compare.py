@@ -1,23 +1,39 @@
 """The compare page: /compare/?runs=a,b,c&baseline=a (a permalink).
 
 The selection and the baseline live in the URL; a form post from the runs list
-(repeated ``runs`` checkboxes) is redirected to that canonical form. Every run must be
-visible to the reader, else 404 (as for a single run: ids do not leak).
+(repeated ``runs`` checkboxes), a URL without a baseline, or one naming runs by a unique
+prefix of their ids (the short ids the pages show) is redirected to that canonical form.
+Without a baseline, the oldest of the chosen runs is the baseline (what a change is
+measured from); the page has a selector to pick another. Every run must be visible to
+the reader, else 404 (as for a single run: ids do not leak). No run, or one, chosen: a
+page that says what to do instead of an empty comparison.
+
+Everything the page shows comes from ``portal.benchmarks.compare`` (the verdict engine's
+words; only what it calls worse or better is coloured). When every run is finished the
+rendered comparison is cached (``portal.web.pagecache``), keyed by each run's
+``updated_at`` and the stamp of the baseline's series (the runs its noise history reads).
+The context's ``comparison`` and ``figures`` are there when this request computed them
+(None when the page came from the cache).
 """
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, Max
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from portal.benchmarks import compare as cmp
-from portal.benchmarks.models import Run
-from portal.web import figures, tables
-from portal.web.figures.common import color
+from portal.benchmarks import queries
+from portal.benchmarks.models import PUBLIC_ID_LENGTH, Run
+from portal.web import figures, pagecache, tables
+from portal.web.figures.common import by_sweep, color
 from servebench import verdict as engine
 
 
@@ -26,50 +42,135 @@ def compare_url(ids: list[str], baseline: str) -> str:
     return f"{reverse('web:compare')}?runs={','.join(ids)}&baseline={baseline}"
 
 
+def _not_found() -> Http404:
+    return Http404("One of these runs does not exist or is private to its owner.")
+
+
+def _full_ids(user: AbstractBaseUser | AnonymousUser, ids: list[str]) -> list[str]:
+    """Each id as the run's full id: a unique prefix (the short id) resolves to its run
+    among those ``user`` may read; 404 for one that names none or several."""
+    out = []
+    for public_id in ids:
+        if len(public_id) >= PUBLIC_ID_LENGTH:
+            out.append(public_id)
+            continue
+        try:
+            out.append(queries.get_visible_run(user, public_id).public_id)
+        except Run.DoesNotExist:
+            raise _not_found() from None
+    return list(dict.fromkeys(out))
+
+
+def _series_stamp(user: AbstractBaseUser | AnonymousUser, base: Run) -> tuple[int, Any]:
+    """How many runs of the baseline's series ``user`` sees, and the latest change among
+    them: the verdict's noise history reads them, so a new one changes the page."""
+    if not base.fingerprint:
+        return 0, None
+    found = (
+        queries.visible_runs(user)
+        .filter(fingerprint=base.fingerprint, owner_id=base.owner_id)
+        .aggregate(n=Count("id"), last=Max("updated_at"))
+    )
+    return found["n"], found["last"]
+
+
 @require_GET
 def compare_page(request: HttpRequest) -> HttpResponse:
+    chosen = [r for r in request.GET.getlist("runs") if r.strip(", ")]
+    if not chosen:
+        return render(request, "web/compare.html", {"state": "none"})
     try:
-        ids, baseline = cmp.parse_selection(
-            request.GET.getlist("runs"), request.GET.get("baseline")
-        )
+        ids, baseline = cmp.parse_selection(chosen, request.GET.get("baseline"))
     except cmp.SelectionError as exc:
         context = {"error": f"{exc.field}: {exc}"}
         return render(request, "web/compare.html", context, status=400)
-    canonical = compare_url(ids, baseline)
+    full = _full_ids(request.user, ids)
+    runs = {r.public_id: r for r in queries.visible_runs(request.user).filter(public_id__in=full)}
+    if len(runs) != len(full):
+        raise _not_found()
+    if len(full) == 1:
+        return render(request, "web/compare.html", {"state": "one", "run": runs[full[0]]})
+    if request.GET.get("baseline") and len(request.GET.get("baseline", "")) < PUBLIC_ID_LENGTH:
+        baseline = _full_ids(request.user, [baseline])[0]
+    elif not request.GET.get("baseline"):
+        baseline = min(runs.values(), key=lambda r: (r.created_at, r.pk)).public_id
+    if baseline not in runs:
+        context = {"error": f"baseline: the baseline {baseline[:40]!r} is not among the runs"}
+        return render(request, "web/compare.html", context, status=400)
+    canonical = compare_url(full, baseline)
     given = (request.GET.getlist("runs"), request.GET.get("baseline"), len(request.GET))
-    if given != ([",".join(ids)], baseline, 2):
+    if given != ([",".join(full)], baseline, 2):
         return redirect(canonical)
-    try:
-        comparison = cmp.compare(request.user, ids, baseline)
-    except Run.DoesNotExist:
-        raise Http404("One of these runs does not exist or is private to its owner.") from None
+    ordered = [runs[i] for i in full]
+    key = None
+    if pagecache.all_final(ordered):
+        stamp = _series_stamp(request.user, runs[baseline])
+        who = request.user.pk if request.user.is_authenticated else "anon"
+        changed = [r.updated_at for r in ordered]
+        key = pagecache.key("compare", who, full, baseline, changed, stamp)
+    fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
+
+    def build() -> dict[str, Any]:
+        try:
+            fresh["comparison"] = cmp.compare(request.user, full, baseline)
+        except Run.DoesNotExist:
+            raise _not_found() from None
+        fresh["figures"] = figures.compare_figures(fresh["comparison"])
+        return comparison_part(fresh["comparison"], fresh["figures"], full)
+
+    part = pagecache.get_or_build(key, build)
+    context = {
+        **part,
+        "comparison": fresh.get("comparison"),
+        "figures": fresh.get("figures"),
+        "state": "compare",
+        "permalink": request.build_absolute_uri(canonical),
+        "api_url": reverse("api:compare")
+        + "?"
+        + urlencode({"runs": ",".join(full), "baseline": baseline}),
+    }
+    return render(request, "web/compare.html", context)
+
+
+def comparison_part(
+    comparison: cmp.Comparison, charts: list[dict[str, Any]], ids: list[str]
+) -> dict[str, Any]:
+    """The comparison rendered (``body``), with what the page's head reads: strings only,
+    so a cached one is cheap to read back (a ``Comparison`` of 8 runs x 20 points takes
+    ~30 ms to unpickle, ~40x its rendered HTML)."""
+    order = tables.column_order(len(comparison.columns), comparison.baseline)
     metrics = list({r.metric.key: r.metric for r in comparison.rows}.values())
     output, ttft = comparison.headline(), comparison.headline("p99_ttft_ms")
     headline = [
         {
-            "column": column,
+            "column": comparison.columns[i],
             "colour": color(i),
             "is_baseline": i == comparison.baseline,
             "output": output[i],
             "ttft": ttft[i],
             "counts": comparison.counts(i),
-            "baseline_url": compare_url(ids, column.run.public_id),
+            "baseline_url": compare_url(ids, comparison.columns[i].run.public_id),
         }
-        for i, column in enumerate(comparison.columns)
+        for i in order
     ]
     context = {
-        "comparison": comparison,
+        "ids": ids,
+        "baseline_run": comparison.baseline_run,
         "not_comparable": [h for h in headline if not h["column"].comparable],
         "threshold": engine.DEFAULT_THRESHOLD,
         "min_history": engine.MIN_HISTORY,
-        "columns": comparison.columns,
-        "figures": figures.compare_figures(comparison),
+        "columns": [comparison.columns[i] for i in order],
+        "env_diff": [(row.label, [row.values[i] for i in order]) for row in comparison.env_diff],
+        "figures": charts,
+        "chart_groups": by_sweep(charts),
         "metrics": metrics,
         "headline": headline,
-        "tbody": tables.compare_tbody(tables.compare_lines(comparison.rows)),
-        "permalink": request.build_absolute_uri(canonical),
-        "api_url": reverse("api:compare")
-        + "?"
-        + urlencode({"runs": ",".join(ids), "baseline": baseline}),
+        "tbody": tables.compare_tbody(tables.compare_lines(comparison.rows), order),
+        "shared_points": bool(comparison.rows),
     }
-    return render(request, "web/compare.html", context)
+    return {
+        "body": render_to_string("web/_compare_body.html", context),
+        "count": len(comparison.columns),
+        "baseline_id": comparison.baseline_run.public_id,
+        "baseline_name": comparison.baseline_run.name or comparison.baseline_run.short_id,
+    }

@@ -1,17 +1,47 @@
-"""The history page: /history/<fingerprint>/?metric=output_throughput&point=<key>."""
+"""The history page: /history/<fingerprint>/?metric=output_throughput&point=<key>.
+
+When every run of the series the reader sees is finished, the rendered history is
+cached (``portal.web.pagecache``), keyed by the series' stamp: how many of its runs the
+reader sees and the latest ``updated_at`` among them (a new run, a finished one or a
+sharing change makes a new key). Only the rendered HTML is kept (a ``History`` of 1,000
+runs is slow to unpickle); the context's ``history`` and ``figures`` are there when this
+request computed them.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Count, Max, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
 from portal.benchmarks import history as hist
-from portal.benchmarks.models import Run
+from portal.benchmarks import queries
+from portal.benchmarks.models import FINAL_STATUSES, Run
 from portal.benchmarks.points import METRIC_BY_KEY
-from portal.web import figures
+from portal.web import figures, pagecache
+from portal.web.figures.common import by_sweep, chart
 
 TABLE_ROWS = 100  # the chart shows every run; the table the newest ones
+
+
+def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[int, Any, int]:
+    """(runs the reader sees in the series, their latest updated_at, how many of them are
+    still active): one indexed aggregate."""
+    found = (
+        queries.visible_runs(user)
+        .filter(fingerprint=fingerprint)
+        .aggregate(
+            n=Count("id"),
+            last=Max("updated_at"),
+            active=Count("id", filter=~Q(status__in=FINAL_STATUSES)),
+        )
+    )
+    return found["n"], found["last"], found["active"]
 
 
 @require_GET
@@ -19,19 +49,47 @@ def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
     metric = request.GET.get("metric") or "output_throughput"
     point = request.GET.get("point") or None
     backend = request.GET.get("backend") or None
+    if not hist.FINGERPRINT_RE.match(fingerprint or ""):
+        raise Http404("No run with this fingerprint that you can see.")
+    count, last, active = _stamp(request.user, fingerprint)
+    if not count:
+        raise Http404("No run with this fingerprint that you can see.")
+    key = None
+    if not active:
+        who = request.user.pk if request.user.is_authenticated else "anon"
+        key = pagecache.key("history", who, fingerprint, metric, point, backend, count, last)
+
+    fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
+
+    def build() -> dict[str, Any]:
+        fresh["history"] = hist.history(request.user, fingerprint, metric, point, backend)
+        fresh["figures"] = [
+            chart("history", "", "history", figures.history_figure(fresh["history"]))
+        ]
+        return {
+            "body": render_to_string("web/_history_body.html", history_context(fresh, fingerprint))
+        }
+
     try:
-        history = hist.history(request.user, fingerprint, metric, point, backend)
+        part = pagecache.get_or_build(key, build)
     except Run.DoesNotExist:
         raise Http404("No run with this fingerprint that you can see.") from None
     except hist.HistoryError as exc:
         context = {"error": f"{exc.field}: {exc}", "fingerprint": fingerprint}
         return render(request, "web/history.html", context, status=400)
-    context = {
+    context = {**part, "fingerprint": fingerprint, **fresh}
+    return render(request, "web/history.html", context)
+
+
+def history_context(fresh: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """What ``_history_body.html`` shows: the series, its chart, the newest runs."""
+    history = fresh["history"]
+    return {
         "history": history,
-        "figures": [{"id": "history", "figure": figures.history_figure(history)}],
+        "figures": fresh["figures"],
+        "chart_groups": by_sweep(fresh["figures"]),
         "metric_choices": [METRIC_BY_KEY[k] for k in hist.HISTORY_METRICS],
         "fingerprint": fingerprint,
         "rows": list(reversed(history.points))[:TABLE_ROWS],
         "table_rows": TABLE_ROWS,
     }
-    return render(request, "web/history.html", context)

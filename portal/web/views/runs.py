@@ -8,7 +8,10 @@ whatever the number of runs or measurements.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -21,8 +24,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.benchmarks import points as pts
-from portal.benchmarks import queries, reproduce, services, sharing
-from portal.benchmarks.models import Measurement, Run
+from portal.benchmarks import presets, queries, reproduce, services, sharing
+from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run
 from portal.benchmarks.queue import queue_info
 from portal.web import run_page, tables
 from portal.web.forms import RunForm, preset_yaml
@@ -31,11 +34,45 @@ from runners import spec as rs
 PAGE_SIZE = 25
 
 
+class RunNotFound(Http404):
+    """A 404 about a run id: the error page (``404.html``) shows its message, and the runs
+    an ambiguous id prefix starts (all of them readable by the visitor)."""
+
+    def __init__(self, message: str, matches: list[Run] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.matches = matches or []
+
+
 def run_or_404(request: HttpRequest, public_id: str) -> Run:
+    """The run ``public_id`` names (its id, or a unique prefix such as the short id) if
+    the visitor may read it (``queries.run_access``); RunNotFound otherwise, the same for
+    a run that does not exist and one the visitor may not see."""
     try:
         return queries.get_visible_run(request.user, public_id)
-    except Run.DoesNotExist:
-        raise Http404("No such run, or it is private to its owner.") from None
+    except queries.AmbiguousRunId as exc:
+        raise RunNotFound(str(exc), exc.matches) from None
+    except Run.DoesNotExist as exc:
+        if len(public_id) < PUBLIC_ID_LENGTH and exc.args:
+            raise RunNotFound(f"{exc.args[0][:1].upper()}{exc.args[0][1:]}.") from None
+        raise RunNotFound("No such run, or it is private to its owner.") from None
+
+
+def permalink(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A GET of a run page by an id prefix (``/runs/<short id>/...``) redirects to the same
+    page under the run's full id, its permalink; other methods act on the run it names."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, public_id: str, *args: Any, **kwargs: Any) -> HttpResponse:
+        if len(public_id) != PUBLIC_ID_LENGTH and request.method in ("GET", "HEAD"):
+            run = run_or_404(request, public_id)
+            match = request.resolver_match
+            url = reverse(match.view_name if match else "web:run-detail", args=[run.public_id])
+            query = request.META.get("QUERY_STRING", "")
+            return redirect(f"{url}?{query}" if query else url)
+        return view(request, public_id, *args, **kwargs)
+
+    return wrapper
 
 
 @require_GET
@@ -78,33 +115,51 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def run_new(request: HttpRequest) -> HttpResponse:
+    """The form (``portal.web.forms.RunForm``: the spec text is what runs)."""
     if request.method == "POST":
         form = RunForm(request.POST, user=request.user)
         if form.is_valid() and form.spec is not None:
             try:
                 run = services.create_run(
-                    request.user,
-                    form.spec,
-                    form.cleaned_data.get("name") or None,
-                    is_public=form.cleaned_data.get("is_public", False),
+                    request.user, form.spec, None, is_public=form.cleaned_data.get("is_public")
                 )
             except services.SpecError as exc:  # the form checks the same rules first
                 for err in exc.errors:
-                    form.add_error(*form._place(err))
+                    form._spec_problem(err)
             else:
                 messages.success(request, f"Run {run.short_id} is queued.")
+                for warning in form.warnings:
+                    messages.warning(request, f"{warning['path']}: {warning['message']}")
                 return redirect(run.get_absolute_url())
+        # Re-rendered with 200, as Django forms are: every problem at its field, the spec
+        # text as it would have run, the fields read back from it; nothing was stored.
+        form.rebind_shown()
     else:
         form = RunForm(user=request.user)
-        chosen = request.GET.get("preset", "seed")
-        form.initial_from_preset(chosen if chosen in rs.PRESETS else "seed")
-    presets = {key: preset_yaml(key) for key in rs.PRESETS}
-    # A form with errors is re-rendered with 200, as Django forms are; the errors sit at
-    # their fields and nothing was stored.
-    return render(request, "web/run_new.html", {"form": form, "presets": presets})
+        chosen = request.GET.get("preset", "")
+        form.initial_from_preset(
+            chosen if chosen in presets.available() else presets.default_name()
+        )
+    state = form.state() if form.is_bound else None
+    # Each preset's spec text, so choosing one fills the spec at once (then checked).
+    texts = {name: preset_yaml(name) for name in presets.available()}
+    return render(request, "web/run_new.html", {"form": form, "state": state, "presets": texts})
+
+
+@login_required
+@require_POST
+def run_new_check(request: HttpRequest) -> JsonResponse:
+    """The form's live check: the same form as a submit, nothing stored. The page's script
+    posts the form on every edit and shows what comes back (``RunForm.state``)."""
+    form = RunForm(request.POST, user=request.user)
+    form.is_valid()
+    response = JsonResponse(form.state())
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_GET
+@permalink
 def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
     context = run_page.build(request.user, run)
@@ -124,6 +179,7 @@ def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @require_GET
+@permalink
 def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
     """What the run page polls while the run is active (one cheap query; two more while
     it waits in the queue)."""
@@ -143,6 +199,7 @@ def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
 
 
 @require_GET
+@permalink
 def run_log(request: HttpRequest, public_id: str) -> HttpResponse:
     """The runner's log tail as text (owner and staff; 404 for everyone else)."""
     run = run_or_404(request, public_id)
@@ -156,6 +213,7 @@ def run_log(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @require_GET
+@permalink
 def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
     body = rs.dump_spec(rs.parse_spec(run.spec))
@@ -165,6 +223,7 @@ def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @require_GET
+@permalink
 def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
     document = sharing.document_for(request.user, run, services.result_document(run))
@@ -177,6 +236,7 @@ def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @require_GET
+@permalink
 def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
     """The summary table: one row per backend and point, each metric's mean and std."""
     run = run_or_404(request, public_id)
@@ -188,6 +248,7 @@ def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 @require_GET
+@permalink
 def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
     body = {"run": run.public_id, "points": tables.records(pts.run_results(run))}

@@ -20,8 +20,9 @@ def user_with_password(make_user: Any, name: str = "carol") -> tuple[Any, str]:
 
 
 def test_sign_in_then_submit_shows_errors_at_the_field_then_queues(
-    page: Any, make_user: Any
+    page: Any, make_user: Any, settings: Any
 ) -> None:
+    settings.SERVEBENCH_LOCAL_GPUS = 1  # the seed asks for a GPU (preflight refuses it without)
     user, password = user_with_password(make_user)
     page.sign_in(user.username, password)
     page.goto("/runs/new/")

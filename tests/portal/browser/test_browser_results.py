@@ -165,11 +165,10 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
     page.page.click("#compare-selected")
     page.page.wait_for_url("**/compare/?runs=*")
     url = page.page.url
+    # The list sends the ticked runs newest first; the oldest of them is the baseline.
     assert url.endswith(
-        f"/compare/?runs={runs[0].public_id},{runs[2].public_id}&baseline={runs[0].public_id}"
-    ) or url.endswith(
-        f"/compare/?runs={runs[2].public_id},{runs[0].public_id}&baseline={runs[2].public_id}"
-    )
+        f"/compare/?runs={runs[2].public_id},{runs[0].public_id}&baseline={runs[0].public_id}"
+    ), url
     shapes = {c["id"]: c for c in assert_charts_drawn(page)}
     assert shapes["concurrency-output"]["drawn"] == [6, 6, 2, 2]  # 2 runs + 2 HF lines
     env = page.page.locator("#env-diff").inner_text()
@@ -182,10 +181,25 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
     shapes = {c["id"]: c for c in assert_charts_drawn(page)}
     assert shapes["concurrency-output"]["drawn"] == [6, 6, 6, 2, 2, 2]
     assert page.page.locator("#compare-runs tr.baseline-row").inner_text().count("vLLM 0.32.0")
-    assert page.page.locator("#compare-table tbody tr").count() > 6 * 10
+    # The baseline's row comes first, and its column right after the metric's name.
+    assert "baseline" in page.page.locator("#compare-runs tbody tr").first.inner_text()
+    first_column = page.page.locator("#compare-table thead th").nth(1)
+    assert runs[2].short_id in first_column.inner_text()
+    assert "baseline" in first_column.inner_text()
+    box = first_column.bounding_box()  # on screen at 1280 px, without scrolling sideways
+    assert box is not None and box["x"] + box["width"] <= 1280, box
+    legend = page.page.locator("#chart-concurrency-output .legend").text_content()
+    assert runs[2].short_id in legend and runs[0].short_id in legend
+    rows = "#compare-table tbody tr[data-metric]"
+    assert page.page.locator(rows).count() > 6 * 10
     page.page.select_option("#metric-filter", "output_throughput")
-    assert page.page.locator("#compare-table tbody tr:not([hidden])").count() == 1 + 6
+    assert page.page.locator(f"{rows}:not([hidden])").count() == 1 + 6
+    assert page.page.locator("#compare-table tbody:not([hidden])").count() == 1 + 6
     page.shot("compare")
+    # Another baseline, from the selector: the page opens against it at once.
+    page.page.select_option("#baseline-select", runs[1].public_id)
+    page.page.wait_for_url(f"**baseline={runs[1].public_id}")
+    assert page.page.locator("#compare-runs tr.baseline-row").inner_text().count("vLLM 0.31.0")
     assert page.console_errors == []
 
 
@@ -222,10 +236,10 @@ def test_history_charts_a_series_and_links_each_point(page: Any, make_user: Any)
 
 def test_private_results_are_refused_and_public_ones_readable(page: Any, make_user: Any) -> None:
     owner = make_user("hank")
-    run = webdata.make_sweep_run(owner, [1, 4, 16])
+    run, other_run = (webdata.make_sweep_run(owner, [1, 4, 16], seed=i) for i in range(2))
     urls = [
         run.get_absolute_url(),
-        f"/compare/?runs={run.public_id}&baseline={run.public_id}",
+        f"/compare/?runs={run.public_id},{other_run.public_id}&baseline={run.public_id}",
         f"/history/{run.fingerprint}/",
     ]
     for url in urls:  # anonymous
@@ -235,7 +249,7 @@ def test_private_results_are_refused_and_public_ones_readable(page: Any, make_us
     for url in urls:
         assert page.goto(url).status == 404, url
     page.console_errors.clear()  # the browser logs each 404 itself
-    Run.objects.filter(pk=run.pk).update(is_public=True)
+    Run.objects.filter(pk__in=[run.pk, other_run.pk]).update(is_public=True)
     for url in urls:
         assert page.goto(url).status == 200, url
         assert_charts_drawn(page)

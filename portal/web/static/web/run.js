@@ -76,8 +76,9 @@
     }
   }
 
-  // For each Pareto chart (points carry their load level in customdata), the most output
-  // tok/s whose p99 TTFT is within the budget typed in #budget-ms.
+  // For each Pareto chart (each marker trace carries its points' load levels, "c=16", in
+  // customdata), the most output tok/s whose p99 TTFT is within the budget typed in
+  // #budget-ms; the server wrote the answer for the default budget the same way.
   function wireBudget(live) {
     const input = live.querySelector("#budget-ms");
     const out = live.querySelector("#budget-result");
@@ -96,13 +97,12 @@
           });
           const who = trace.name + " " + sweep;
           if (best === null) parts.push(who + ": no point within budget");
-          else parts.push(who + ": " + trace.y[best].toFixed(1) + " tok/s at " + trace.text[best] + " (" + Math.round(trace.x[best]) + " ms)");
+          else parts.push(who + ": " + trace.y[best].toFixed(1) + " tok/s at " + trace.customdata[best] + " (" + Math.round(trace.x[best]) + " ms)");
         });
       });
       out.textContent = parts.join("; ") || "no throughput-latency chart";
     };
     input.addEventListener("input", update);
-    if (input.value) update();
   }
 
   const live = document.getElementById("live");

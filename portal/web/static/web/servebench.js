@@ -1,14 +1,47 @@
 // servebench pages: draw plotly figures embedded as JSON, sortable tables, copy buttons.
-// No framework, no CDN: plotly.js is served from our own static files.
+// No framework, no CDN: plotly.js (its basic bundle) is served from our own static files.
 (function () {
   "use strict";
 
+  // The toolbar keeps what a reader of these charts uses: PNG export (with the chart's
+  // title drawn in), zoom, pan and reset; it sits in the chart's top margin, above the
+  // plot, while the title is the page's own HTML above the chart.
   const PLOT_CONFIG = {
     responsive: true,
     displaylogo: false,
-    // PNG export runs in the browser (no network): the modebar's camera button.
-    toImageButtonOptions: { format: "png", scale: 2 },
+    modeBarButtonsToRemove: [
+      "toImage", "select2d", "lasso2d", "autoScale2d", "zoomIn2d", "zoomOut2d",
+      "hoverClosestCartesian", "hoverCompareCartesian", "toggleSpikelines",
+    ],
   };
+  const EXPORT_SCALE = 2;
+
+  function exportName(el) {
+    return (document.body.dataset.exportPrefix || "servebench") + "-" + el.dataset.figureId;
+  }
+
+  // PNG export runs in the browser (no network), from the figure as drawn plus its title.
+  function exportButton(el, title) {
+    return {
+      name: "Download PNG",
+      title: "Download plot as PNG",
+      icon: window.Plotly.Icons.camera,
+      click: function (gd) {
+        const layout = Object.assign({}, gd.layout, {
+          title: title,
+          margin: Object.assign({}, gd.layout.margin, { t: 84 }),
+        });
+        const size = gd.getBoundingClientRect();
+        window.Plotly.downloadImage({ data: gd.data, layout: layout }, {
+          format: "png",
+          scale: EXPORT_SCALE,
+          width: Math.max(640, Math.round(size.width)),
+          height: Math.max(420, Math.round(size.height)) + 50,
+          filename: exportName(el),
+        });
+      },
+    };
+  }
 
   // Draw every [data-figure-id] element inside root from the #figures-data JSON list.
   function drawCharts(root) {
@@ -20,12 +53,13 @@
     (root || document).querySelectorAll("[data-figure-id]").forEach(function (el) {
       const fig = figures[el.dataset.figureId];
       if (!fig) return;
+      const layout = Object.assign({}, fig.layout);
+      const title = layout.title;
+      delete layout.title; // shown as HTML above the chart; drawn into PNG exports
       const config = Object.assign({}, PLOT_CONFIG, {
-        toImageButtonOptions: Object.assign({}, PLOT_CONFIG.toImageButtonOptions, {
-          filename: (document.body.dataset.exportPrefix || "servebench") + "-" + el.dataset.figureId,
-        }),
+        modeBarButtonsToAdd: [exportButton(el, title)],
       });
-      window.Plotly.newPlot(el, fig.data, fig.layout, config);
+      window.Plotly.newPlot(el, fig.data, layout, config);
       drawn.push(el);
     });
     return drawn;

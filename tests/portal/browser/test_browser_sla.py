@@ -1,0 +1,103 @@
+"""The run page's SLA search and endpoint section in headless Chromium: the answer, the
+path that led there, what the endpoint said about itself, and the warning when an
+endpoint's output lengths could not be forced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from portal.benchmarks import services
+from portal.benchmarks.models import Run
+from runners import result as rr
+from runners import sla
+from runners import spec as rs
+from runners.vllm_bench import point_info
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SPEC = {
+    "name": "prod: how far within p99 TTFT",
+    "model": {"id": "org/tiny-model", "max_model_len": 512},
+    "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 0},
+    "backends": [
+        {
+            "kind": "endpoint",
+            "name": "prod",
+            "base_url": "http://vllm.prod.svc.cluster.local:8000",
+            "model": "qwen3",
+            "request_fields": "openai",
+        }
+    ],
+    "sla_search": {"axis": "request_rate", "slo": {"p99_ttft_ms": 500}, "low": 1, "high": 64},
+}
+
+
+def measured(spec: rs.Spec, point: rs.Point, p99_ttft: float) -> rr.Measurement:
+    return rr.Measurement(
+        backend="prod",
+        backend_kind="endpoint",
+        point=point_info(point),
+        repeat=0,
+        status="succeeded",
+        metrics={"output_throughput": 40.0 * (point.request_rate or 1), "p99_ttft_ms": p99_ttft},
+        raw={
+            "servebench": {
+                "output_len": "not forced",
+                "requested_output_len": 16,
+                "short_responses": 2,
+                "responses": 16,
+            }
+        },
+        started_at="2026-11-30T06:00:00.000+00:00",
+        finished_at="2026-11-30T06:00:05.000+00:00",
+        duration_s=5.0,
+    )
+
+
+def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any, settings: Any):
+    settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
+    run = make_run(spec=SPEC, status="running")
+    spec = rs.parse_spec(run.spec)
+    services.store_environment(
+        run,
+        {
+            "gpu": {"model": "none", "count": 0},
+            "endpoints": {
+                "prod": {
+                    "base_url": SPEC["backends"][0]["base_url"],
+                    "served_model": "qwen3",
+                    "api": "completions",
+                    "engine": "vllm",
+                    "version": "0.32.0",
+                    "server_header": "uvicorn",
+                    "metrics_exposed": True,
+                    "request_fields": "openai",
+                }
+            },
+        },
+        "",
+    )
+    services.ingest_measurement(run, measured(spec, spec.points()[0], 90.0))
+    steps: list[sla.Step] = []
+    rows: list[rr.Measurement] = []
+    while (value := sla.next_value(spec.sla_search, steps)) is not None:
+        rows.append(measured(spec, rs.search_point(spec, value), 150.0 if value <= 12 else 2e3))
+        services.ingest_measurement(run, rows[-1])
+        steps = sla.steps_of(spec, "prod", rows)
+    Run.objects.filter(pk=run.pk).update(status="succeeded", is_public=True)
+    (answer,) = services.sla_searches(run)
+
+    page.goto(run.get_absolute_url())
+    page.wait_for("document.getElementById('sla-answer-1')")
+    assert page.page.inner_text("#sla-answer-1").startswith(answer["text"])
+    rows_shown = page.page.locator("#sla-path-1 tbody tr")
+    assert rows_shown.count() == len(steps)
+    assert rows_shown.nth(1).inner_text().split("\t")[:2] == ["2", "64"]  # the high end
+    assert "missed" in rows_shown.nth(1).inner_text()
+    assert page.page.is_visible("#output-length-note")
+    assert "0.32.0" in page.page.inner_text("#endpoint-facts")
+    page.page.locator("#sla-search-section").scroll_into_view_if_needed()
+    page.shot("run-sla-search")
+    assert page.console_errors == []
