@@ -16,18 +16,34 @@ points) and a history chart over 1,000 runs of one fingerprint (at 1%: 10 runs),
 the web page and the API; the query counts must not grow with the history's length, and
 the compare page's chart data (its embedded ``figures-data`` JSON) must stay under 200 kB.
 
+Issue 12 adds what a reader waits for: the run, compare and history pages against the
+trivial web view, served warm (finished runs' pages come from ``portal.web.pagecache``,
+which is what a reader gets after the first visit) and cold (that cache emptied before
+every request: the first visit); and the bytes the run page transfers on a first load
+(the HTML and every static file it references, gzip-compressed as served, headers
+included) and on a repeat load (a browser refetches the HTML; static files with
+``immutable`` and a max-age of a year or more come from its cache without a request,
+others are revalidated: a 304). Static files are collected with the production storage
+(hashed names, pre-compressed) into a temporary directory first. Goal: each results page
+within 5x the trivial view; under 1.5 MB first, under 100 kB repeat.
+
 Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gzip
 import os
 import random
+import re
 import secrets
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import types
 from datetime import timedelta
@@ -61,12 +77,19 @@ def setup_django() -> None:
         os.environ.update(ensure().env())
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     os.environ.setdefault("SERVEBENCH_PUBLIC_URL", "http://testserver")
-    os.environ.setdefault("SERVEBENCH_STATIC_MANIFEST", "0")
+    # Static files as production serves them: hashed names, pre-compressed (collected below).
+    os.environ["SERVEBENCH_STATIC_MANIFEST"] = "1"
+    static_root = tempfile.mkdtemp(prefix="servebench-static-")
+    atexit.register(shutil.rmtree, static_root, ignore_errors=True)
+    os.environ["SERVEBENCH_STATIC_ROOT"] = static_root
     os.environ.setdefault("SERVEBENCH_LOG_LEVEL", "WARNING")
     os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
     import django
 
     django.setup()
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)
 
 
 def trivial_urlconf() -> str:
@@ -543,6 +566,99 @@ def results_fixtures(
     )
 
 
+# --------------------------------------------------------------------------- waiting
+
+RESULTS_PAGES = ("web run page", "web compare page", "web history page")
+
+
+def cold_and_warm(
+    user: Any, targets: dict[str, str], repeat: int
+) -> dict[str, tuple[float, float]]:
+    """label -> (median seconds warm, median seconds cold) for the results pages and the
+    trivial web view; cold empties the pages cache before each request. Round-robin, like
+    ``run_pages``."""
+    from django.core.cache import caches
+    from django.test import Client
+
+    from portal.web import pagecache
+
+    client = Client()
+    client.force_login(user)
+    warm: dict[str, list[float]] = {label: [] for label in targets}
+    cold: dict[str, list[float]] = {label: [] for label in targets}
+    for _ in range(repeat):
+        for label, url in targets.items():
+            client.get(url)  # fills the cache (another page's cold request emptied it)
+            t0 = time.perf_counter()
+            client.get(url)
+            warm[label].append(time.perf_counter() - t0)
+            caches[pagecache.ALIAS].clear()
+            t0 = time.perf_counter()
+            client.get(url)
+            cold[label].append(time.perf_counter() - t0)
+    return {
+        label: (statistics.median(warm[label]), statistics.median(cold[label])) for label in targets
+    }
+
+
+def _wire_bytes(response: Any) -> tuple[int, bytes]:
+    """Bytes on the wire for one response: status line, headers, body as sent (gzip)."""
+    if response.streaming:
+        body = b"".join(response.streaming_content)
+        response.close()
+    else:
+        body = response.content
+    headers = sum(len(k) + len(str(v)) + 4 for k, v in response.headers.items())
+    cookies = sum(len(c.output()) + 2 for c in response.cookies.values())
+    return len("HTTP/1.1 200 OK\r\n") + headers + cookies + 2 + len(body), body
+
+
+def _cached_by_browser(response: Any) -> bool:
+    """Whether a browser reuses this response without asking again: immutable, and a
+    max-age of at least a year."""
+    control = response.get("Cache-Control", "")
+    found = re.search(r"max-age=(\d+)", control)
+    return "immutable" in control and bool(found) and int(found.group(1)) >= 365 * 24 * 3600
+
+
+def page_weight(user: Any, url: str) -> dict[str, Any]:
+    """The run page's transfer on a first and a repeat load, as a browser that accepts
+    gzip makes them: the HTML, then every script, stylesheet and icon it references."""
+    from django.test import Client
+
+    client = Client(headers={"Accept-Encoding": "gzip, deflate, br"})
+    client.force_login(user)
+    response = client.get(url)
+    first, body = _wire_bytes(response)
+    html = gzip.decompress(body) if response.get("Content-Encoding") == "gzip" else body
+    assets = re.findall(rb'<(?:script[^>]*?src|link[^>]*?href)="(/static/[^"]+)"', html)
+    rows = []
+    repeat, _ = _wire_bytes(client.get(url))
+    for asset in dict.fromkeys(a.decode() for a in assets):
+        found = client.get(asset)
+        size, _ = _wire_bytes(found)
+        first += size
+        again = 0
+        if not _cached_by_browser(found):
+            check = {
+                "If-None-Match": found.get("ETag", ""),
+                "If-Modified-Since": found.get("Last-Modified", ""),
+            }
+            again, _ = _wire_bytes(client.get(asset, headers=check))
+        repeat += again
+        rows.append(
+            (
+                asset,
+                found.status_code,
+                size,
+                found.get("Content-Encoding", "-"),
+                found.get("Cache-Control", "-"),
+                again,
+            )
+        )
+    return {"first": first, "repeat": repeat, "html": len(html), "assets": rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
@@ -603,6 +719,15 @@ def main() -> int:
             big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
             big = run_pages(user, sample.public_id, args.repeat, big_results.targets)
             payload = big_results.compare_payload(user)
+            from django.urls import reverse
+
+            results_urls = {"trivial: web view (session, 1 query)": "/__trivial_web__"}
+            results_urls["web run page"] = reverse("web:run-detail", args=[sample.public_id])
+            results_urls.update(
+                {label: url for label, _, url in big_results.targets if label in RESULTS_PAGES}
+            )
+            waits = cold_and_warm(user, results_urls, max(5, args.repeat // 2))
+            weight = page_weight(user, results_urls["web run page"])
     finally:
         if not args.keep:
             connection.creation.destroy_test_db(old_name, verbosity=0)
@@ -641,6 +766,29 @@ def main() -> int:
         f"({payload['figures'] / 1000:.0f} kB; target < 200 kB); whole HTML page "
         f"{payload['html']:,} bytes; API answer {payload['api']:,} bytes"
     )
+
+    trivial = waits["trivial: web view (session, 1 query)"][0]
+    print(
+        "\nresults pages against the trivial web view (goal: within 5x). warm: a finished "
+        "run's page as a reader gets it after the first visit (portal.web.pagecache); cold: "
+        "that cache emptied before each request (the first visit)"
+    )
+    head = f"{'page':24} {'warm ms':>8} {'x trivial':>9} {'cold ms':>8} {'x trivial':>9}"
+    print(head)
+    print("-" * len(head))
+    for label, (warm, cold) in waits.items():
+        print(
+            f"{label:24} {warm * 1000:8.2f} {warm / trivial:9.1f} "
+            f"{cold * 1000:8.2f} {cold / trivial:9.1f}"
+        )
+    print(
+        f"\nrun page transfer (gzip as served, headers included): first load "
+        f"{weight['first']:,} bytes ({weight['first'] / 1e6:.2f} MB; goal < 1.5 MB), "
+        f"repeat load {weight['repeat']:,} bytes ({weight['repeat'] / 1e3:.1f} kB; goal "
+        f"< 100 kB); the HTML uncompressed: {weight['html']:,} bytes"
+    )
+    for asset, status, size, encoding, control, again in weight["assets"]:
+        print(f"  {asset:60} {status} {size:>9,} B  {encoding:5} {control:38} repeat {again:,} B")
     return 0
 
 
