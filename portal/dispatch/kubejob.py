@@ -15,9 +15,13 @@ What the Job looks like, and why:
   env value, which ``kubectl describe`` prints). The Secret is owned by the Job
   (``ownerReferences``), so the garbage collector deletes it with the Job.
 - GPUs as a limit of the configured extended resource (``nvidia.com/gpu``), written as a
-  string quantity. CPU and memory requests from the spec's resources or the settings;
-  the memory limit equals the request, so a runaway process is OOMKilled (a reason the
-  portal can name) instead of starving its neighbours.
+  string quantity; none when every backend is an endpoint (a deployed server: the runner
+  starts none, it only sends requests). An endpoint's API key Secret
+  (``api_key.secret``) becomes the variable the runner reads it from
+  (``EndpointBackend.key_env()``), optional so a missing Secret fails its points with a
+  reason instead of keeping the Pod from starting. CPU and memory requests from the
+  spec's resources or the settings; the memory limit equals the request, so a runaway
+  process is OOMKilled (a reason the portal can name) instead of starving its neighbours.
 - ``nodeSelector``: the spec's ``resources.node_selector`` (only the keys the admin allows,
   SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS) and ``resources.gpu_type`` as the value of the
   configured GPU label, then the settings' selector over them: the admin's placement
@@ -46,6 +50,7 @@ from django.conf import settings
 from kubernetes import client
 
 from portal.dispatch.executors.base import ExecutorError
+from runners import spec as rs
 
 CONTAINER = "runner"
 SPEC_DIR = "/spec"
@@ -187,6 +192,18 @@ def node_selector(resources: dict[str, Any], cfg: RunnerConfig) -> dict[str, str
     return selector
 
 
+def endpoint_backends(spec: dict[str, Any]) -> list[rs.EndpointBackend]:
+    """The spec's endpoint backends (stored specs are valid; anything else is skipped)."""
+    out = []
+    for item in spec.get("backends") or []:
+        if isinstance(item, dict) and item.get("kind") == "endpoint":
+            try:
+                out.append(rs.EndpointBackend.model_validate(item))
+            except ValueError:
+                continue
+    return out
+
+
 def build_job(
     public_id: str,
     spec: dict[str, Any],
@@ -204,6 +221,9 @@ def build_job(
             "(the Helm chart's runner.image) for the deployment"
         )
     gpus = int(resources.get("gpu_count", 1))
+    endpoints = endpoint_backends(spec)
+    if endpoints and len(endpoints) == len(spec.get("backends") or []):
+        gpus = 0  # only deployed servers to measure: nothing here needs a GPU
     if cfg.max_gpus and gpus > cfg.max_gpus:
         raise ExecutorError(
             f"resources.gpu_count is {gpus} but runner Jobs here may ask for at most "
@@ -234,6 +254,10 @@ def build_job(
     if cfg.hf_token_secret:
         # optional: a missing Secret must not keep public models from running.
         env.append(_secret_env("HF_TOKEN", cfg.hf_token_secret, cfg.hf_token_key, True))
+    for backend in endpoints:
+        key = backend.api_key
+        if key is not None and key.secret is not None:
+            env.append(_secret_env(str(backend.key_env()), key.secret, key.key, True))
 
     mounts = [
         client.V1VolumeMount(name="spec", mount_path=SPEC_DIR, read_only=True),
