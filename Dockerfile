@@ -4,6 +4,10 @@
 #   docker build --target portal -t REGISTRY/servebench-portal:0.1.0 .
 #   docker build --target runner -t REGISTRY/servebench-runner:0.1.0-vllm0.32.0 .
 #
+# The bases are build arguments: the tests build the same file from bases made on the
+# machine (scripts/build-images.sh: a debootstrapped Debian bookworm as PYTHON_IMAGE, vLLM's
+# CPU build as VLLM_IMAGE) and run both images on a one-node cluster (tests/k8s_e2e).
+#
 # portal: the web app (gunicorn, the default command); the same image runs the Celery
 #         worker and beat with another command (the Helm chart and k8s/ do).
 # runner: the official vLLM image plus runners/ (ENTRYPOINT python -m runners); the
@@ -35,6 +39,8 @@ RUN pip install --no-cache-dir -r requirements/portal.txt
 
 COPY manage.py ./
 COPY runners/ runners/
+# The CLI's package: the portal imports its verdict engine and statistics (one each).
+COPY servebench/ servebench/
 COPY portal/ portal/
 
 # Static files (hashed, compressed) are collected at build time. The settings that have

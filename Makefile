@@ -5,16 +5,18 @@ SHELL := /bin/bash
 VENV = $(shell scripts/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv run test test-fast fuzz lint format bench browser kube k8s-check clean-dev
+.PHONY: help venv run stop test test-fast fuzz lint format bench browser kube k8s-check k8s-images k8s-e2e clean-dev
 
 help:
 	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
+	@echo "make stop       stop what make run started (from another shell; Ctrl-C does the same)"
 	@echo "make test       set up and run the whole test suite"
 	@echo "make test-fast  the suite without the slow end-to-end tests (no vLLM server starts)"
 	@echo "make fuzz       schemathesis against the live test server (part of make test)"
 	@echo "make lint       ruff check + format check"
 	@echo "make bench      benchmarks under bench/ (print side-by-side ratios)"
 	@echo "make k8s-check  Helm chart, k8s/ manifests and the Kubernetes executor (tests/k8s)"
+	@echo "make k8s-e2e    the chart on a real one-node cluster with the Dockerfile's images (tests/k8s_e2e)"
 
 venv:
 	@scripts/venv.sh
@@ -32,10 +34,31 @@ kube:
 k8s-check: kube
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
+# What tests/k8s_e2e runs: kubelet, kube-scheduler and pause from the same Debian source as
+# `make kube`, containerd/runc/buildah/CNI from Debian, and the Dockerfile's two images built
+# with buildah from locally made bases (cached in ~/.cache/servebench, keyed by content;
+# each phase's time is printed). The Go build (CPU) runs while the images build (mostly
+# network and disk). Root, and minutes the first time.
+k8s-images: kube
+	@scripts/kube-node.sh --pause >/dev/null
+	@start=$$SECONDS; scripts/kube-node.sh >/dev/null & node=$$!; \
+	scripts/build-images.sh >/dev/null; images=$$?; wait $$node; node_rc=$$?; \
+	echo "k8s-images: node binaries and images took $$((SECONDS - start)) s" >&2; \
+	[ $$images = 0 ] && [ $$node_rc = 0 ]
+
+# helm install on a real one-node cluster: the hook Job, probes, a tiny run, cancel, OOM.
+k8s-e2e: k8s-images
+	$(PY) -m pytest tests/k8s_e2e $(PYTEST_ARGS)
+
 run:
 	@$(PY) scripts/quickstart.py
 
-test: browser kube
+# Stops the `make run` of this SERVEBENCH_HOME: its runs' runners, web, worker, beat and the
+# embedded PostgreSQL and Redis it started (what it left behind, if it died).
+stop:
+	@$(PY) scripts/quickstart.py --stop
+
+test: browser kube k8s-images
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -m "not fuzz" $(PYTEST_ARGS)
@@ -58,6 +81,8 @@ format:
 
 bench:
 	$(PY) bench/harness_overhead.py
+	$(PY) bench/hf_overhead.py
+	$(PY) bench/telemetry_overhead.py
 	$(PY) bench/portal_scale.py
 	$(PY) bench/verdict_aa.py
 

@@ -135,6 +135,44 @@ def test_everything_copied_exists_and_is_in_the_build_context():
     assert _ignored("portal/__pycache__/settings.cpython-311.pyc", patterns)
 
 
+def _first_party_imports(directory: Path) -> dict[str, str]:
+    """The repository's own top-level packages that the code under ``directory`` imports:
+    {package: one importing file}."""
+    import ast
+
+    ours = {p.parent.name for p in REPO.glob("*/__init__.py")}
+    found: dict[str, str] = {}
+    for file in sorted(directory.rglob("*.py")):
+        if "__pycache__" in file.parts or "tests" in file.relative_to(directory).parts:
+            continue
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in ours:
+                    found.setdefault(top, file.relative_to(REPO).as_posix())
+    return found
+
+
+@pytest.mark.parametrize("stage", ["portal", "runner"])
+def test_every_package_the_copied_code_imports_is_copied_too(stage):
+    """A package the image's code imports but the Dockerfile does not copy breaks the image
+    (collectstatic at build, or the first request), not any test that runs from the tree."""
+    copied = {
+        shlex.split(arg)[0].rstrip("/")
+        for arg in parse()[stage].all("COPY")
+        if (REPO / shlex.split(arg)[0]).is_dir()
+    }
+    assert copied, f"{stage} copies no package"
+    for package in sorted(copied):
+        for imported, where in _first_party_imports(REPO / package).items():
+            assert imported in copied, f"{stage}: {where} imports {imported}/, which is not copied"
+
+
 def test_the_portal_runs_as_a_non_root_user():
     portal = parse()["portal"]
     user = portal.last("USER").split(":")[0]
