@@ -190,3 +190,59 @@ def tail(path: Path, lines: int = 30, max_chars: int = 6000) -> str:
         return "(no log)"
     out = "\n".join(text.splitlines()[-lines:])
     return out[-max_chars:]
+
+
+# --------------------------------------------------------------------------- memory cgroup
+
+CGROUP = Path("/sys/fs/cgroup")
+_UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+def oom_kills(root: Path = CGROUP) -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory
+    cgroup: ``oom_kill`` of ``memory.events`` (cgroup v2) or of ``memory/memory.oom_control``
+    (v1, as a container sees its own). None where neither can be read."""
+    for path in (root / "memory.events", root / "memory" / "memory.oom_control"):
+        with suppress(OSError, ValueError):
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return None
+
+
+def memory_limit(root: Path = CGROUP) -> int | None:
+    """This process's memory cgroup limit in bytes (``memory.max`` or v1's
+    ``memory.limit_in_bytes``); None when unlimited or unreadable."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        with suppress(OSError, ValueError):
+            text = path.read_text().strip()
+            if text == "max":
+                return None
+            value = int(text)
+            return value if value < _UNLIMITED else None
+    return None
+
+
+def quantity(n: int) -> str:
+    """Bytes as the Kubernetes quantity a spec's resources.memory is written in."""
+    for unit, size in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def oom_cause(kills_before: int | None, root: Path = CGROUP) -> str | None:
+    """The run's first line when the OOM killer killed processes of this runner since
+    ``kills_before`` (``oom_kills()`` at its start); None otherwise. A child killed that
+    way exits with -9, and only the cgroup's counter tells it from any other SIGKILL."""
+    now = oom_kills(root)
+    if kills_before is None or now is None or now <= kills_before:
+        return None
+    limit = memory_limit(root)
+    within = f"its memory limit, {quantity(limit)}" if limit else "the machine's memory"
+    return (
+        f"out of memory: the kernel's OOM killer killed {now - kills_before} process(es) of "
+        f"this runner ({within}). Next: raise resources.memory, or ask for less "
+        "(a smaller max_model_len, fewer prompts in flight)"
+    )

@@ -430,6 +430,7 @@ class Runner:
             self.progress.say(f"could not send the final report: {exc}")
 
     def run(self) -> ExitCode:
+        self.oom_kills_at_start = procs.oom_kills()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.writer.write(self.document)
         try:
@@ -479,5 +480,8 @@ class Runner:
             for m in self.document.measurements
         ]
         reason = causes.headline(failures, self.total, model=self.spec.model.id, logs=True)
+        oom = procs.oom_cause(self.oom_kills_at_start)
+        if oom and any("code -9" in (m.error or "") for m in self.document.measurements):
+            reason = f"{oom}\n{reason}"
         self._finish("failed", reason)
         return ExitCode.FAILED

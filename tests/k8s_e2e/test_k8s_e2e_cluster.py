@@ -186,12 +186,8 @@ def test_a_runner_over_its_memory_limit_fails_the_run(
     assert status.state.terminated.reason == "OOMKilled", status.state
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the runner reports its children's OOM kill as 'exited with code -9' (runners/"
-    "runner.py, runners/vllm_server.py): it does not yet read the cgroup's oom_kill count, "
-    "and the portal keeps the runner's reason over the Pod's OOMKilled",
-)
 def test_the_oom_failure_reason_names_the_memory_limit(oom_run: dict[str, Any]):
+    """The runner reads its memory cgroup's oom_kill counter (runners.procs.oom_cause): its
+    children's -9 becomes 'out of memory' with the limit, at the top of the run's page."""
     assert "out of memory" in oom_run["failure_reason"], oom_run["failure_reason"]
     assert "160Mi" in oom_run["failure_reason"]
