@@ -335,12 +335,14 @@ def test_cancel_never_signals_a_process_that_is_not_ours(make_run, stand_in, exe
     executor = executor_for(stand_in("time.sleep(600)"))
     handle = executor.submit(make_run(), "sb_run_x")
     handles.append((executor, handle))
-    deadline = time.monotonic() + 10
-    while executor.status(handle).state != ExecutorState.RUNNING:
+    started_file = Path(handle["workdir"]) / "supervisor.json"
+    deadline = time.monotonic() + 30
+    # Running (the slot's lock is held) can be seen before the supervisor has written
+    # its start record; this test rewrites that record, so it waits for both.
+    while executor.status(handle).state != ExecutorState.RUNNING or not started_file.exists():
         assert time.monotonic() < deadline
         time.sleep(0.1)
     supervisor = supervisor_of(handle)
-    started_file = Path(handle["workdir"]) / "supervisor.json"
     started = json.loads(started_file.read_text())
     # A recycled pid: the recorded start time no longer matches the live process.
     started_file.write_text(json.dumps({**started, "start_time": started["start_time"] - 1}))

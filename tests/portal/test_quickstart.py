@@ -144,6 +144,7 @@ def test_make_stop_stops_the_demo_run_and_everything_else(
     qs = quickstart()
     creds = qs.wait_for(r"sign in as (\S+) / (\S+) ", 400)
     token = qs.wait_for(r"API token for curl and the servebench CLI: (sb_ci_\S+)", 5).group(1)
+    qs.wait_for(r"submitted the demo run", 300)
     out = qs.output()
     # How to sign in comes before the demo is even submitted, let alone finished.
     assert out.index("sign in as") < out.index("submitted the demo run")

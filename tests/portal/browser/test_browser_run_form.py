@@ -141,7 +141,7 @@ def test_fields_and_spec_follow_each_other_and_problems_show_at_once(
 
 def test_the_form_at_phone_width(browser: Any, live_server: Any, former: tuple[Any, str]) -> None:
     """A look at 390 px (the layout itself is the shared stylesheet's)."""
-    from conftest import Page
+    from tests.portal.browser.conftest import Page
 
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = Page(context.new_page(), live_server.url)
