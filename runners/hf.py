@@ -286,40 +286,76 @@ def run(config: HFConfig, cores: cond.Cores | None = None) -> HFResult:
                 output_lens.append(produced)
             duration = time.perf_counter() - loop_start
 
-    input_lens = [int(ids.shape[0]) for ids in prompts]
-    metrics = client_metrics(
-        input_lens=input_lens,
-        output_lens=output_lens,
-        ttfts=ttfts,
-        itls=itls,
-        latencies=latencies,
-        duration=duration,
+    return timed_result(
+        model,
+        device,
+        config,
+        prompts,
+        Timed(start_times, ttfts, itls, latencies, output_lens, duration),
+        raw={"timing": TIMING_NOTE},
+        command=config.command(),
+        config=asdict(config),
+        conditions=watch.result(),
     )
-    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-    raw = {
+
+
+@dataclass
+class Timed:
+    """What a timed loop recorded per request, and the loop's wall time."""
+
+    start_times: list[float]
+    ttfts: list[float]
+    itls: list[list[float]]
+    latencies: list[float]
+    output_lens: list[int]
+    duration: float
+
+
+def timed_result(
+    model: Any,
+    device: Any,
+    hf_config: HFConfig,
+    prompts: list,
+    timed: Timed,
+    *,
+    raw: dict[str, Any],
+    command: str,
+    config: dict[str, Any],
+    conditions: dict[str, Any],
+) -> HFResult:
+    """Every HF baseline's result from its timed loop: the metrics by ``runners.latency``'s
+    definitions, the per-request detail, and the device facts each records, with the
+    baseline's own ``raw`` added."""
+    import torch
+
+    input_lens = [int(ids.shape[0]) for ids in prompts]
+    detail = {
+        "input_lens": input_lens,
+        "output_lens": timed.output_lens,
+        "ttfts": timed.ttfts,
+        "itls": timed.itls,
+        "latencies": timed.latencies,
+        "start_times": timed.start_times,
+    }
+    metrics = client_metrics(
+        **{k: v for k, v in detail.items() if k != "start_times"}, duration=timed.duration
+    )
+    cuda = device.type == "cuda"
+    facts = {
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch_threads": torch.get_num_threads(),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        "num_warmups": config.num_warmups,
-        "seed": config.seed,
-        "timing": TIMING_NOTE,
-    }
-    detail = {
-        "input_lens": input_lens,
-        "output_lens": output_lens,
-        "ttfts": ttfts,
-        "itls": itls,
-        "latencies": latencies,
-        "start_times": start_times,
+        "num_warmups": hf_config.num_warmups,
+        "seed": hf_config.seed,
     }
     return HFResult(
         metrics=metrics,
         detail=detail,
-        raw=raw,
-        gpu_memory_peak_bytes=peak,
-        command=config.command(),
-        config=asdict(config),
-        conditions=watch.result(),
+        raw=facts | raw,
+        gpu_memory_peak_bytes=int(torch.cuda.max_memory_allocated(device)) if cuda else None,
+        command=command,
+        config=config,
+        conditions=conditions,
     )

@@ -37,7 +37,6 @@ from typing import Any, Literal
 
 from runners import conditions as cond
 from runners import hf
-from runners.latency import client_metrics
 
 Kind = Literal["batched", "static-cache"]
 COMPILE_BACKENDS = ("inductor", "aot_eager")
@@ -203,26 +202,7 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
                     output_lens.append(produced)
             duration = time.perf_counter() - loop_start
 
-    input_lens = [int(ids.shape[0]) for ids in prompts]
-    metrics = client_metrics(
-        input_lens=input_lens,
-        output_lens=output_lens,
-        ttfts=ttfts,
-        itls=itls,
-        latencies=latencies,
-        duration=duration,
-    )
-    peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-    raw: dict[str, Any] = {
-        "baseline": f"hf-{config.kind}",
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch_threads": torch.get_num_threads(),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        "num_warmups": config.hf.num_warmups,
-        "seed": config.hf.seed,
-    }
+    raw: dict[str, Any] = {"baseline": f"hf-{config.kind}"}
     if config.kind == "batched":
         raw |= {
             "batch_size": size,
@@ -238,19 +218,13 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
             "compile_s": round(compile_s or 0.0, 3),
             "timing": hf.TIMING_NOTE + "; compilation in an untimed first call",
         }
-    detail = {
-        "input_lens": input_lens,
-        "output_lens": output_lens,
-        "ttfts": ttfts,
-        "itls": itls,
-        "latencies": latencies,
-        "start_times": start_times,
-    }
-    return hf.HFResult(
-        metrics=metrics,
-        detail=detail,
+    return hf.timed_result(
+        model,
+        device,
+        config.hf,
+        prompts,
+        hf.Timed(start_times, ttfts, itls, latencies, output_lens, duration),
         raw=raw,
-        gpu_memory_peak_bytes=peak,
         command=config.command(),
         config={**asdict(config.hf), "kind": config.kind, "batch_size": size}
         | ({"compile_backend": config.compile_backend} if config.kind == "static-cache" else {}),
