@@ -34,7 +34,8 @@ from typing import Any
 from runners import conditions, endpoint, tiny_model
 from runners.environment import capture
 from runners.fingerprint import fingerprint
-from runners.hf import HFConfig
+from runners.hf import add_flags as add_hf_flags
+from runners.hf import config_from_args as hf_config_from_args
 from runners.hf import run as run_hf
 from runners.progress import Progress
 from runners.report import Reporter
@@ -173,21 +174,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 def cmd_hf(args: argparse.Namespace) -> int:
     cores = _own_cores(args.cpus)
     conditions.set_thread_env(cores)  # before torch is imported: OpenMP reads it once
-    config = HFConfig(
-        model=args.model,
-        revision=args.revision,
-        tokenizer=args.tokenizer,
-        trust_remote_code=args.trust_remote_code,
-        dtype=args.dtype,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        num_prompts=args.num_prompts,
-        num_warmups=args.num_warmups,
-        seed=args.seed,
-        attn_implementation=args.attn_implementation,
-        prompts_file=args.prompts_file,
-        chat_template=args.chat_template,
-    )
+    config = hf_config_from_args(args)
     try:
         data = run_hf(config, cores).to_json()
         code = 0
@@ -272,25 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tiny_model)
 
     p = sub.add_parser("hf", help="run only the HF sequential baseline")
-    p.add_argument("--model", required=True)
-    p.add_argument("--revision")
-    p.add_argument("--tokenizer")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument(
-        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
-    )
-    p.add_argument("--input-len", type=int, required=True)
-    p.add_argument("--output-len", type=int, required=True)
-    p.add_argument("--num-prompts", type=int, default=16)
-    p.add_argument("--num-warmups", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
-    p.add_argument(
-        "--prompts-file", help='JSONL prompts ({"prompt": ...}) in file order, not random ones'
-    )
-    p.add_argument(
-        "--chat-template", action="store_true", help="apply the chat template to file prompts"
-    )
+    add_hf_flags(p)
     p.add_argument("--result", help="write the result JSON here instead of printing metrics")
     _cpus_flag(p)
     p.set_defaults(func=cmd_hf)

@@ -31,6 +31,7 @@ context and the allocator cache are gone before the vLLM server needs the GPU.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import shlex
 import time
@@ -358,4 +359,47 @@ def timed_result(
         command=command,
         config=config,
         conditions=conditions,
+    )
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``HFConfig`` (``HFConfig.flags`` writes them; ``from_args`` reads them),
+    for every command that runs an HF baseline."""
+    p.add_argument("--model", required=True)
+    p.add_argument("--revision")
+    p.add_argument("--tokenizer")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument(
+        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
+    )
+    p.add_argument("--input-len", type=int, required=True)
+    p.add_argument("--output-len", type=int, required=True)
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--num-warmups", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
+    p.add_argument(
+        "--prompts-file", help='JSONL prompts ({"prompt": ...}) in file order, not random ones'
+    )
+    p.add_argument(
+        "--chat-template", action="store_true", help="apply the chat template to file prompts"
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> HFConfig:
+    """The ``HFConfig`` of flags ``add_flags`` parsed."""
+    return HFConfig(
+        model=args.model,
+        revision=args.revision,
+        tokenizer=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
+        dtype=args.dtype,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        num_prompts=args.num_prompts,
+        num_warmups=args.num_warmups,
+        seed=args.seed,
+        attn_implementation=args.attn_implementation,
+        prompts_file=args.prompts_file,
+        chat_template=args.chat_template,
     )

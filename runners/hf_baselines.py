@@ -272,21 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="the hf-batched and hf-static-cache baselines (result JSON as 'runners hf')",
     )
     p.add_argument("kind", choices=["batched", "static-cache"])
-    p.add_argument("--model", required=True)
-    p.add_argument("--revision")
-    p.add_argument("--tokenizer")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument(
-        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
-    )
-    p.add_argument("--input-len", type=int, required=True)
-    p.add_argument("--output-len", type=int, required=True)
-    p.add_argument("--num-prompts", type=int, default=16)
-    p.add_argument("--num-warmups", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
-    p.add_argument("--prompts-file")
-    p.add_argument("--chat-template", action="store_true")
+    hf.add_flags(p)
     p.add_argument("--batch-size", type=int, default=1, help="hf-batched: requests per batch")
     p.add_argument(
         "--compile-backend", default="inductor", choices=COMPILE_BACKENDS, help="hf-static-cache"
@@ -307,21 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     cond.set_thread_env(cores)  # before torch is imported: OpenMP reads it once
     config = BaselineConfig(
         kind=args.kind,
-        hf=hf.HFConfig(
-            model=args.model,
-            revision=args.revision,
-            tokenizer=args.tokenizer,
-            trust_remote_code=args.trust_remote_code,
-            dtype=args.dtype,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            num_prompts=args.num_prompts,
-            num_warmups=args.num_warmups,
-            seed=args.seed,
-            attn_implementation=args.attn_implementation,
-            prompts_file=args.prompts_file,
-            chat_template=args.chat_template,
-        ),
+        hf=hf.config_from_args(args),
         batch_size=args.batch_size,
         compile_backend=args.compile_backend,
     )
