@@ -35,10 +35,10 @@ k8s-check: kube
 	$(PY) -m pytest tests/k8s $(PYTEST_ARGS)
 
 # What tests/k8s_e2e runs: kubelet, kube-scheduler and pause from the same Debian source as
-# `make kube`, containerd/runc/buildah/CNI from Debian, and the Dockerfile's two images built
-# with buildah from locally made bases (cached in ~/.cache/servebench, keyed by content;
-# each phase's time is printed). The Go build (CPU) runs while the images build (mostly
-# network and disk). Root, and minutes the first time.
+# `make kube` (its one Go build makes them), containerd/runc/buildah/CNI from Debian, and
+# the Dockerfile's two images built with buildah from locally made bases (cached in
+# ~/.cache/servebench, keyed by content; each phase's time is printed). Root, and minutes
+# the first time.
 k8s-images: kube
 	@scripts/kube-node.sh --pause >/dev/null
 	@start=$$SECONDS; scripts/kube-node.sh >/dev/null & node=$$!; \

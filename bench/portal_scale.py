@@ -601,6 +601,66 @@ def cold_and_warm(
     }
 
 
+def warmed_first_visit(
+    user: Any, run_id: int, urls: dict[str, str], repeat: int
+) -> tuple[float, dict[str, tuple[float, float]], list[str]]:
+    """(median seconds of ``portal.web.warm.ended``, which the runner's "finished" report
+    pays; label -> median seconds of a reader's first visit after it and of the next;
+    what it built)
+    with the pages
+    cache in Redis as SERVEBENCH_PAGE_CACHE=redis has it (shared by every web process),
+    under a key prefix of its own, emptied before each round and at the end."""
+    from django.conf import settings
+    from django.core.cache import caches
+    from django.test import Client, override_settings
+
+    from portal.lib import env
+    from portal.web import pagecache, warm
+
+    shared = {
+        "BACKEND": "portal.web.pagecache.SharedPages",
+        "LOCATION": env.cache_location(settings.REDIS_URL),
+        "KEY_PREFIX": f"servebench-pages-bench-{secrets.token_hex(4)}",
+    }
+    warming: list[float] = []
+    built: list[str] = []
+    first: dict[str, list[float]] = {label: [] for label in urls}
+    again: dict[str, list[float]] = {label: [] for label in urls}
+    client = Client()  # one reader, signed in and past its first request, as in cold_and_warm
+    client.force_login(user)
+    client.get("/__trivial_web__")
+    with override_settings(CACHES={**settings.CACHES, pagecache.ALIAS: shared}):
+        assert pagecache.shared()
+        for _ in range(repeat):
+            caches[pagecache.ALIAS].clear()
+            t0 = time.perf_counter()
+            built = warm.ended(run_id)
+            warming.append(time.perf_counter() - t0)
+            for label, url in urls.items():
+                t0 = time.perf_counter()
+                client.get(url)
+                first[label].append(time.perf_counter() - t0)
+            for label, url in urls.items():
+                t0 = time.perf_counter()
+                client.get(url)
+                again[label].append(time.perf_counter() - t0)
+        caches[pagecache.ALIAS].clear()
+    medians = {k: (statistics.median(first[k]), statistics.median(again[k])) for k in urls}
+    return statistics.median(warming), medians, built
+
+
+def two_timings(
+    names: tuple[str, str], rows: dict[str, tuple[float, float]], trivial: float
+) -> None:
+    """A table of two timings per page, in ms and against the trivial view."""
+    a, b = names
+    head = f"{'page':24} {a + ' ms':>8} {'x trivial':>9} {b + ' ms':>8} {'x trivial':>9}"
+    print(head)
+    print("-" * len(head))
+    for label, (x, y) in rows.items():
+        print(f"{label:24} {x * 1000:8.2f} {x / trivial:9.1f} {y * 1000:8.2f} {y / trivial:9.1f}")
+
+
 def _wire_bytes(response: Any) -> tuple[int, bytes]:
     """Bytes on the wire for one response: status line, headers, body as sent (gzip)."""
     if response.streaming:
@@ -727,6 +787,24 @@ def main() -> int:
                 {label: url for label, _, url in big_results.targets if label in RESULTS_PAGES}
             )
             waits = cold_and_warm(user, results_urls, max(5, args.repeat // 2))
+            # The newest run of the 1,000-run series, as if it had just ended: its page
+            # and the history its page links to.
+            from django.test import Client
+
+            ended = (
+                Run.objects.filter(fingerprint=big_results.fingerprint, status="succeeded")
+                .order_by("-created_at")
+                .first()
+            )
+            reader = Client()
+            reader.force_login(ended.owner)
+            ended_url = reverse("web:run-detail", args=[ended.public_id])
+            linked = {"its run page": ended_url}
+            if history_link := reader.get(ended_url).context.get("history_url"):
+                linked["its history page"] = history_link
+            warming, first_visit, built = warmed_first_visit(
+                ended.owner, ended.pk, linked, max(5, args.repeat // 2)
+            )
             weight = page_weight(user, results_urls["web run page"])
     finally:
         if not args.keep:
@@ -773,14 +851,13 @@ def main() -> int:
         "run's page as a reader gets it after the first visit (portal.web.pagecache); cold: "
         "that cache emptied before each request (the first visit)"
     )
-    head = f"{'page':24} {'warm ms':>8} {'x trivial':>9} {'cold ms':>8} {'x trivial':>9}"
-    print(head)
-    print("-" * len(head))
-    for label, (warm, cold) in waits.items():
-        print(
-            f"{label:24} {warm * 1000:8.2f} {warm / trivial:9.1f} "
-            f"{cold * 1000:8.2f} {cold / trivial:9.1f}"
-        )
+    two_timings(("warm", "cold"), waits, trivial)
+    print(
+        "\nwith SERVEBENCH_PAGE_CACHE=redis (one cache in Redis that every web process "
+        "shares), a run of the 1,000-run series as it ends: the runner's report builds "
+        f"{' and '.join(built) or 'nothing'} ({warming * 1000:.1f} ms); its owner's visits"
+    )
+    two_timings(("first", "next"), first_visit, trivial)
     print(
         f"\nrun page transfer (gzip as served, headers included): first load "
         f"{weight['first']:,} bytes ({weight['first'] / 1e6:.2f} MB; goal < 1.5 MB), "

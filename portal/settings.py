@@ -90,7 +90,10 @@ Variables (default in brackets):
   SERVEBENCH_PRICE_CURRENCY [USD]
 - SERVEBENCH_STATIC_MANIFEST: hashed static names, needs ``collectstatic`` [not DEBUG]
 - SERVEBENCH_STATIC_ROOT [<repo>/staticfiles]; SERVEBENCH_BEHIND_TLS_PROXY [false]
-- SERVEBENCH_PAGE_CACHE_ENTRIES: finished results pages kept per process [100]
+- SERVEBENCH_PAGE_CACHE: ``memory`` (per process, SERVEBENCH_PAGE_CACHE_ENTRIES finished
+  results pages [100]) or ``redis`` (one cache in REDIS_URL that every web process shares,
+  filled when a run ends: first visits are warm too) [memory];
+  SERVEBENCH_PAGE_CACHE_URL: its Redis when not REDIS_URL's database [REDIS_URL]
 - SERVEBENCH_DB_CONN_MAX_AGE [60]; SERVEBENCH_LOG_LEVEL [INFO]
 """
 
@@ -484,6 +487,26 @@ CACHES = {
         "OPTIONS": {"MAX_ENTRIES": SERVEBENCH_PAGE_CACHE_ENTRIES, "CULL_FREQUENCY": 4},
     },
 }
+# SERVEBENCH_PAGE_CACHE=redis: one pages cache in Redis (REDIS_URL, keys under
+# "servebench-pages:") that every web process shares, filled when a runner reports its
+# run's end, so a reader's first visit is warm too (the chart and `make run` set it).
+# Every key expires (a day), the broker's never do: with Redis's maxmemory-policy
+# volatile-lru a full Redis drops pages, never queued tasks. SERVEBENCH_PAGE_CACHE_URL
+# puts them in another database or server instead.
+SERVEBENCH_PAGE_CACHE = env.choice("SERVEBENCH_PAGE_CACHE", "memory", ("memory", "redis"))
+if SERVEBENCH_PAGE_CACHE == "redis":
+    CACHES["pages"] = {
+        "BACKEND": "portal.web.pagecache.SharedPages",
+        "LOCATION": env.cache_location(
+            env.broker(
+                env.string("SERVEBENCH_PAGE_CACHE_URL", REDIS_URL), "SERVEBENCH_PAGE_CACHE_URL"
+            ),
+            "SERVEBENCH_PAGE_CACHE_URL",
+        ),
+        # Releases sharing one Redis (each its own SERVEBENCH_QUEUE) keep apart.
+        "KEY_PREFIX": f"{env.string('SERVEBENCH_QUEUE', 'servebench')}-pages",
+        "TIMEOUT": 24 * 3600,
+    }
 # ----- Static files and the results pages' cache: end
 
 LOGIN_URL = "web:login"  # portal/web's sign-in page

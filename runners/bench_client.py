@@ -21,6 +21,30 @@ definitions are vLLM's. What it dropped and added is written as JSON to the file
 by ``SERVEBENCH_FIELDS_REPORT`` (the runner records it with the measurement). Without
 ``ignore_eos`` a server may end a response early: the runner counts how many did (and
 how many ran past the limit).
+
+``--transformers-fields`` (ours too) is the same adapter for ``transformers serve``, which
+accepts one field beyond the OpenAI API: ``generation_config``, a JSON string that
+becomes the request's ``GenerationConfig``. What vLLM's client would send as its own
+fields goes there: ``ignore_eos`` as ``eos_token_id: -1`` (no token ends the answer,
+which is what ``ignore_eos`` means in vLLM; ``min_new_tokens`` would not do, continuous
+batching drops that logits processor), ``top_k`` (0, transformers' "off", when unset:
+its own default is 50, vLLM's is off), ``do_sample`` from the temperature (the server
+sets the temperature but not sampling) and a repetition penalty other than 1. So output
+lengths are forced, and each response's token count (the server's ``usage``) is checked
+against the length asked; the report counts the responses checked and those that differ.
+
+Both adapters also read a streamed answer as vLLM's client reads vLLM's: a server that
+sends ``usage`` in the same chunk as the last choice (``transformers serve`` does, with an
+empty text and the finish reason) would have that chunk counted as one more token (an
+extra inter-token gap) and its ``usage`` ignored (the output length then re-counted by
+tokenizing the text, which need not give the tokens generated). Such a chunk is split
+into its text, when it has any, and a usage-only chunk, as vLLM and OpenAI send them.
+vLLM streams one chunk per token, even one whose text is empty; ``transformers serve``
+streams only text, so tokens that decode to nothing (special tokens, a multi-byte
+character's first bytes) have no chunk: the report's ``stream`` counts the tokens and
+the chunks (inter-token gaps are then per chunk), and a response with no text at all
+keeps its last chunk as its one event (its time to first token is its latency) instead
+of failing as "never received a valid chunk".
 """
 
 from __future__ import annotations
@@ -31,6 +55,8 @@ import sys
 from typing import Any
 
 OPENAI_ONLY_FLAG = "--openai-fields-only"
+TRANSFORMERS_FLAG = "--transformers-fields"
+ADAPTER_FLAGS = (OPENAI_ONLY_FLAG, TRANSFORMERS_FLAG)
 REPORT_ENV = "SERVEBENCH_FIELDS_REPORT"
 
 # Request body fields of the OpenAI API (completions and chat completions, streaming).
@@ -69,24 +95,128 @@ def openai_only(payload: dict[str, Any]) -> tuple[list[str], list[str]]:
     return dropped, added
 
 
-def install_openai_only(dropped: set[str], added: set[str]) -> None:
-    """Make every request body of vLLM's client pass through ``openai_only``."""
+def transformers_fields(payload: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``openai_only``, with what transformers serve takes beyond it in its
+    ``generation_config`` (see the module docstring). Returns (dropped, added)."""
+    ignore_eos = bool(payload.get("ignore_eos"))
+    top_k = payload.get("top_k")
+    penalty = payload.get("repetition_penalty")
+    dropped, added = openai_only(payload)
+    temperature = payload.get("temperature")
+    config: dict[str, Any] = {
+        "do_sample": bool(temperature),
+        "top_k": top_k if isinstance(top_k, int) and top_k > 0 else 0,
+    }
+    if ignore_eos:
+        config["eos_token_id"] = -1
+    if penalty is not None and float(penalty) != 1.0:
+        config["repetition_penalty"] = float(penalty)
+    payload["generation_config"] = json.dumps(config, sort_keys=True)
+    carried = {"ignore_eos", "top_k", "repetition_penalty"}
+    return [k for k in dropped if k not in carried], [*added, "generation_config"]
+
+
+ADAPTERS = {OPENAI_ONLY_FLAG: openai_only, TRANSFORMERS_FLAG: transformers_fields}
+
+
+def install_adapter(flag: str, dropped: set[str], added: set[str]) -> None:
+    """Make every request body of vLLM's client pass through the adapter of ``flag``."""
     from vllm.benchmarks.lib import endpoint_request_func as erf
 
     original = getattr(erf, "_update_payload_common", None)
     if original is None:  # a vLLM whose client is built otherwise: refuse, never guess
         raise RuntimeError(
             "this vLLM's bench client has no endpoint_request_func._update_payload_common; "
-            f"{OPENAI_ONLY_FLAG} (request_fields: openai) needs updating for it"
+            f"{flag} (request_fields: openai or transformers) needs updating for it"
         )
+    adapt = ADAPTERS[flag]
 
     def update(payload: dict[str, Any], request_func_input: Any) -> None:
         original(payload, request_func_input)
-        gone, new = openai_only(payload)
+        gone, new = adapt(payload)
         dropped.update(gone)
         added.update(new)
 
     erf._update_payload_common = update
+
+
+def _split(message: str, seen: bool) -> tuple[list[str], bool]:
+    """``split_usage``, and whether a chunk with choices has now been seen (one parse of
+    each message: this runs in the client's event loop, between its timestamps)."""
+    if not message.startswith("data: "):
+        return [message], seen
+    try:
+        data = json.loads(message.removeprefix("data: "))
+    except json.JSONDecodeError:
+        return [message], seen
+    if not isinstance(data, dict):
+        return [message], seen
+    if not data.get("usage") or not data.get("choices"):
+        return [message], seen or bool(data.get("choices"))
+    usage = data.pop("usage")
+    choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
+    text = choice.get("text") or (choice.get("delta") or {}).get("content")
+    out = [f"data: {json.dumps(data)}"] if text or not seen else []
+    return [*out, "data: " + json.dumps({**data, "choices": [], "usage": usage})], True
+
+
+def split_usage(message: str, seen: bool) -> list[str]:
+    """One SSE message as vLLM's client expects it: a chunk carrying both choices and
+    ``usage`` becomes its text (if any; or its choices, when the response has had no
+    chunk with choices yet: ``seen`` false) and then a usage-only chunk."""
+    return _split(message, seen)[0]
+
+
+def install_usage_split() -> None:
+    """Make vLLM's client parse every streamed message through ``split_usage`` (one
+    handler per response, so it knows whether the response has had a chunk)."""
+    from vllm.benchmarks.lib import endpoint_request_func as erf
+
+    base = erf.StreamedResponseHandler
+
+    class Handler(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen = False
+
+        def add_chunk(self, chunk_bytes: bytes) -> list[str]:
+            out = []
+            for message in super().add_chunk(chunk_bytes):
+                parts, self.seen = _split(message, self.seen)
+                out += parts
+            return out
+
+    erf.StreamedResponseHandler = Handler
+
+
+def install_length_check(lengths: dict[str, Any], stream: dict[str, int]) -> None:
+    """Count, for every request that asked for an exact length (``ignore_eos``), whether
+    the tokens the server says it generated are that many (``lengths``: checked,
+    differing, and up to 5 examples of asked/got); and, for every response, the tokens
+    and the streamed chunks that carried them (``stream``)."""
+    from vllm.benchmarks.lib import endpoint_request_func as erf
+
+    lengths.update(checked=0, differing=0, examples=[])
+    stream.update(responses=0, tokens=0, chunks=0)
+    for name in ("openai", "openai-chat"):
+        original = erf.ASYNC_REQUEST_FUNCS[name]
+
+        async def checked(request_func_input: Any, session: Any, pbar: Any = None, _f=original):
+            output = await _f(request_func_input, session, pbar)
+            if output.success:
+                stream["responses"] += 1
+                stream["tokens"] += output.output_tokens or 0
+                stream["chunks"] += len(output.itl) + 1
+            if output.success and request_func_input.ignore_eos:
+                lengths["checked"] += 1
+                if output.output_tokens != request_func_input.output_len:
+                    lengths["differing"] += 1
+                    if len(lengths["examples"]) < 5:
+                        asked = request_func_input.output_len
+                        lengths["examples"].append([asked, output.output_tokens])
+            return output
+
+        erf.ASYNC_REQUEST_FUNCS[name] = checked
 
 
 def main(argv: list[str]) -> int:
@@ -95,9 +225,13 @@ def main(argv: list[str]) -> int:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     adapted: tuple[set[str], set[str]] | None = None
-    if argv[:1] == [OPENAI_ONLY_FLAG]:
-        argv, adapted = argv[1:], (set(), set())
-        install_openai_only(*adapted)
+    lengths: dict[str, Any] = {}
+    stream: dict[str, int] = {}
+    if argv[:1] and argv[0] in ADAPTER_FLAGS:
+        flag, argv, adapted = argv[0], argv[1:], (set(), set())
+        install_adapter(flag, *adapted)
+        install_usage_split()
+        install_length_check(lengths, stream)
     parser = FlexibleArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)
     try:
@@ -107,7 +241,8 @@ def main(argv: list[str]) -> int:
         if adapted is not None and report:
             with open(report, "w", encoding="utf-8") as f:
                 dropped, added = (sorted(names) for names in adapted)
-                json.dump({"dropped_fields": dropped, "added_fields": added}, f)
+                data = {"dropped_fields": dropped, "added_fields": added}
+                json.dump(data | {"lengths": lengths, "stream": stream}, f)
     return 0
 
 

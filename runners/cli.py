@@ -127,10 +127,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec, None)
     points = spec.points()
+    at_points = len(spec.served_backends) + len(spec.batched_backends)
+    search = (
+        f", an SLA search of up to {spec.sla_search.max_points} points" if spec.sla_search else ""
+    )
     print(
         f"ok: {spec.total_measurements()} measurements "
-        f"({len(points)} vLLM points x {len(spec.vllm_backends)} vLLM backends, "
-        f"{len(spec.hf_backends)} HF baselines, {spec.repeats} repeats)"
+        f"({len(points)} points x {at_points} backends measured at each, "
+        f"{len(spec.hf_backends)} HF baselines at one point{search}, {spec.repeats} repeats)"
     )
     return 0
 

@@ -130,6 +130,7 @@ def _software() -> dict[str, Any]:
         "vllm_distribution": vllm_dist or NONE,
         "torch": _version("torch"),
         "transformers": _version("transformers"),
+        "accelerate": _version("accelerate"),
         "tokenizers": _version("tokenizers"),
         "huggingface_hub": _version("huggingface-hub", "huggingface_hub"),
         "triton": _version("triton"),
@@ -496,6 +497,16 @@ def benchmark_settings(spec: Spec) -> dict[str, Any]:
 def _backend_settings(backend) -> dict[str, Any]:
     if backend.kind == "endpoint":
         return {"name": backend.name, **backend.server_config()}
+    if backend.kind == "transformers-serve":
+        return {
+            **backend.model_dump(mode="json"),
+            "attn_implementation": backend.attn_implementation or "default",
+            "serving_packages": {
+                name: _version(name)
+                for name in ("transformers", "accelerate", "fastapi", "uvicorn")
+            },
+            "request_fields": "OpenAI fields + generation_config (eos_token_id -1 forces lengths)",
+        }
     if backend.kind in ("hf-static-cache", "hf-batched"):
         return {
             **backend.model_dump(mode="json"),

@@ -14,8 +14,13 @@ definitions (``runners.latency``):
   after another, so a request rate does not apply (``raw["request_rate"]`` says so).
 - ``hf-static-cache``: sequential like ``hf-sequential``, but ``generate()`` with the
   static KV cache and its forward compiled by ``torch.compile`` (transformers' own
-  ``CompileConfig``). Compilation happens in a first, untimed call of the measured shape,
-  recorded apart as ``raw["compile_s"]``; then the warm-ups; then the timed loop.
+  ``CompileConfig``). Compilation happens in untimed calls before the timed loop: one on
+  the warm-up prompt (``raw["compile_s"]``), then one on a prompt of each other distinct
+  length the loop will send (a custom prompt file's lengths vary, and a new shape can make
+  torch.compile compile again; ``raw["warm_shapes_s"]``, ``raw["compiled_lengths"]``); then
+  the warm-ups; then the timed loop. A compilation inside the timed loop all the same
+  (counted with dynamo's compile callbacks) fails the measurement, since its numbers would
+  include compile time.
 
 Each runs in a child process like the sequential baseline:
 ``python -m runners.hf_baselines {batched,static-cache} FLAGS --result FILE`` (also the
@@ -100,6 +105,49 @@ def _prompts(config: hf.HFConfig, tokenizer: Any, model: Any) -> tuple[list, lis
     return list(prompts), list(warmups)
 
 
+class _Compiles:
+    """Counts torch.compile (dynamo) compilations while it is entered; ``count`` stays
+    None on a torch without dynamo's compile callbacks (then nothing is counted).
+
+    The same callbacks also fire when inductor records a CUDA graph (mode
+    "reduce-overhead", transformers' default, re-records when the static cache's
+    addresses change between generate() calls): that is not a compilation, so only
+    dynamo's trigger counts. Older torch calls the callbacks without arguments."""
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self._handler: Any = None
+
+    def _started(self, *args: Any) -> None:
+        trigger = getattr(args[0], "callback_trigger", None) if args else None
+        if trigger is not None and getattr(trigger, "name", "DYNAMO") != "DYNAMO":
+            return
+        self.count = (self.count or 0) + 1
+
+    def __enter__(self) -> _Compiles:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:
+            return self
+        self._handler, self.count = callback_handler, 0
+        callback_handler.register_start_callback(self._started)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._handler is not None:
+            self._handler.remove_start_callback(self._started)
+            self._handler = None
+
+
+def one_per_length(prompts: list) -> list:
+    """The first prompt of each distinct length, in order: the shapes a sequential loop
+    sends to ``generate()``."""
+    seen: dict[int, Any] = {}
+    for prompt in prompts:
+        seen.setdefault(int(prompt.shape[0]), prompt)
+    return list(seen.values())
+
+
 def _left_pad(batch: list, pad_id: int):
     """Stack 1-D id tensors into (ids, attention_mask), left-padded to the longest."""
     import torch
@@ -168,14 +216,26 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
     latencies: list[float] = []
     output_lens: list[int] = []
     start_times: list[float] = []
-    compile_s = None
+    compile_s = warm_shapes_s = None
+    warmed = {int(p.shape[0]) for p in warm_batches}
+    shapes = (
+        [p for p in one_per_length(prompts) if int(p.shape[0]) not in warmed]
+        if config.kind == "static-cache"
+        else []
+    )
     watch = cond.Watch(cores, cpu_bound=device.type == "cpu", threads=torch.get_num_threads())
+    compiles = _Compiles()
     with torch.inference_mode():
         if config.kind == "static-cache":
             t = time.perf_counter()
-            generate(warm_batches)  # the compilation, on the measured shape
+            generate(warm_batches)  # the compilation
             hf._sync(device)
             compile_s = time.perf_counter() - t
+            t = time.perf_counter()
+            for prompt in shapes:  # every other shape the timed loop will send
+                generate([prompt])
+            hf._sync(device)
+            warm_shapes_s = time.perf_counter() - t
         for _ in range(config.hf.num_warmups):
             generate(warm_batches)
             if config.kind == "batched" and len(batches[-1]) != size:
@@ -183,7 +243,7 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
         hf._sync(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        with watch:
+        with watch, compiles:
             loop_start = time.perf_counter()
             for batch in batches:
                 clock = _StepClock()
@@ -201,6 +261,13 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
                     latencies.append(end - start)
                     output_lens.append(produced)
             duration = time.perf_counter() - loop_start
+    if compiles.count and config.kind == "static-cache":
+        raise RuntimeError(
+            f"torch.compile compiled {compiles.count} time(s) inside the timed loop, although "
+            "every prompt length it sends was run before it: its numbers would "
+            "include compilation, so none is reported. Send prompts of fewer distinct "
+            "lengths, or report this with the run's environment"
+        )
 
     raw: dict[str, Any] = {"baseline": f"hf-{config.kind}"}
     if config.kind == "batched":
@@ -216,7 +283,12 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
             "cache_implementation": "static",
             "compile_backend": config.compile_backend,
             "compile_s": round(compile_s or 0.0, 3),
-            "timing": hf.TIMING_NOTE + "; compilation in an untimed first call",
+            # lengths run (untimed) before the loop besides the warm-up's, and their time
+            "compiled_lengths": sorted(warmed | {int(p.shape[0]) for p in shapes}),
+            "warm_shapes_s": round(warm_shapes_s or 0.0, 3),
+            "compiles_in_timed_loop": compiles.count,  # None: this torch cannot count them
+            "timing": hf.TIMING_NOTE
+            + "; compilation in untimed calls before it, one per distinct prompt length",
         }
     return hf.timed_result(
         model,

@@ -17,9 +17,11 @@ One JSON document per run (``schema_version`` 1):
 
 ``backend_kind`` is ``hf-sequential``, ``hf-static-cache`` or ``hf-batched`` (the HF
 baselines, ``runners.hf`` and ``runners.hf_baselines``), ``vllm`` (a server the runner
-started) or ``endpoint`` (a deployed server, ``runners.endpoint``). A served measurement's
-``raw["servebench"]`` says how its requests were made (API, fields dropped, whether
-output lengths were forced: ``runners.vllm_bench.request_facts``).
+started), ``transformers-serve`` (Transformers' server the runner started,
+``runners.transformers_server``) or ``endpoint`` (a deployed server,
+``runners.endpoint``). A served measurement's ``raw["servebench"]`` says how its requests
+were made (API, fields dropped, whether output lengths were forced:
+``runners.vllm_bench.request_facts``).
 
 A Measurement is identified inside its run by (backend, point key, repeat): that is the
 idempotency key of the portal's ingestion endpoint.
@@ -118,7 +120,9 @@ class Measurement(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str = Field(description="Backend name from the spec.")
-    backend_kind: Literal["hf-sequential", "hf-static-cache", "hf-batched", "vllm", "endpoint"]
+    backend_kind: Literal[
+        "hf-sequential", "hf-static-cache", "hf-batched", "vllm", "endpoint", "transformers-serve"
+    ]
     point: PointInfo
     repeat: int = Field(ge=0)
     status: Literal["succeeded", "failed"]

@@ -47,12 +47,14 @@ from runners.spec import (
     Point,
     ServedBackend,
     Spec,
+    TransformersServeBackend,
     VLLMBackend,
     hf_point,
     search_point,
 )
+from runners.transformers_server import TransformersServer
 from runners.vllm_bench import Target, measure_point, point_info
-from runners.vllm_server import ServerError, VLLMServer
+from runners.vllm_server import LocalServer, ServerError, VLLMServer
 
 
 class ExitCode(IntEnum):
@@ -271,12 +273,23 @@ class Runner:
         )
 
     def _vllm_group(self, backends: list[VLLMBackend]) -> None:
-        """One server for these backends; every point and repeat measured against it."""
-        points: list[Point] = self.spec.points()
+        """One vLLM server for these backends (``server_groups``)."""
         first = backends[0]
         server = VLLMServer(self.spec, first, self.workdir / f"server-{first.name}.log")
+        self._served(server, backends)
+
+    def _transformers(self, backend: TransformersServeBackend) -> None:
+        """``transformers serve`` for this backend, started and stopped like vLLM's."""
+        log = self.workdir / f"server-{backend.name}.log"
+        self._served(TransformersServer(self.spec, backend, log, cores=self.cores), [backend])
+
+    def _served(self, server: LocalServer, backends: list[Any]) -> None:
+        """Start ``server``; every point and repeat of ``backends`` measured against it,
+        then their SLA search; stop it."""
+        points: list[Point] = self.spec.points()
+        first = backends[0]
         self.progress.say(
-            f"starting the vLLM server for {', '.join(b.name for b in backends)} "
+            f"starting {server.LABEL} for {', '.join(b.name for b in backends)} "
             f"(timeout {first.startup_timeout_s} s, log {server.log_path})"
         )
         try:
@@ -287,7 +300,9 @@ class Runner:
                 for backend in backends:
                     for point in points:
                         self._record(
-                            self._failed(backend.name, point_info(point), repeat, str(exc))
+                            self._failed(
+                                backend.name, point_info(point), repeat, str(exc), backend.kind
+                            )
                         )
             for backend in self._searched(backends):
                 self._search_failed(backend, str(exc))
@@ -312,10 +327,12 @@ class Runner:
                             )
                         else:
                             reason = (
-                                "the vLLM server had exited before this point. Last lines of "
+                                f"{server.LABEL} had exited before this point. Last lines of "
                                 f"its log ({server.log_path}):\n{server.log_tail()}"
                             )
-                            m = self._failed(backend.name, point_info(point), repeat, reason)
+                            m = self._failed(
+                                backend.name, point_info(point), repeat, reason, backend.kind
+                            )
                         self._record(m)
             for backend in self._searched(backends):
                 self._search(server, backend)
@@ -353,20 +370,23 @@ class Runner:
         (``runners.sla``); a search that ends early lowers the run's total."""
         search = self.spec.sla_search
         assert search is not None
-        kind = "endpoint" if isinstance(backend, EndpointBackend) else "vllm"
+        kind = backend.kind
         steps: list[sla.Step] = []
         while (value := sla.next_value(search, steps)) is not None:
             point = search_point(self.spec, value)
+            repeat = sla.next_repeat(steps, value)  # 1: measured again after a miss
+            if repeat:
+                self.progress.say(f"SLA search on {backend.name}: {point.key} again")
             if isinstance(target, ep.Endpoint) or target.alive:
                 m = measure_point(
-                    target, self.spec, backend, point, 0, self.workdir, cores=self.cores
+                    target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
                 )
             else:
                 reason = (
-                    "the vLLM server had exited before this point. Last lines of its log "
+                    f"{target.LABEL} had exited before this point. Last lines of its log "
                     f"({target.log_path}):\n{target.log_tail()}"
                 )
-                m = self._failed(backend.name, point_info(point), 0, reason, kind)
+                m = self._failed(backend.name, point_info(point), repeat, reason, kind)
             self._record(m)
             steps = sla.steps_of(self.spec, backend.name, self.document.measurements)
             if m.status == "failed" and not (isinstance(target, ep.Endpoint) or target.alive):
@@ -384,8 +404,7 @@ class Runner:
         search = self.spec.sla_search
         assert search is not None
         point = search_point(self.spec, sla.round_value(search, search.low))
-        kind = "endpoint" if isinstance(backend, EndpointBackend) else "vllm"
-        self._record(self._failed(backend.name, point_info(point), 0, error, kind))
+        self._record(self._failed(backend.name, point_info(point), 0, error, backend.kind))
         self.total -= search.max_points - 1
 
     # ------------------------------------------------------------------ the run
@@ -402,6 +421,8 @@ class Runner:
                     self._record(self._hf(batched, repeat, point))
         for backends in server_groups(self.spec):
             self._vllm_group(backends)
+        for served in self.spec.transformers_backends:
+            self._transformers(served)
         for backend in self.spec.endpoint_backends:
             self._endpoint(backend)
 

@@ -208,6 +208,7 @@ class PointWatcher:
         self._series: list[tuple[float, dict[str, float]]] = []
         self._scrape_s: list[float] = []
         self._filtered = True
+        self._exposed = True  # until /metrics answers 404: then no more scrapes
         self._cpu_s = 0.0
         self._cache: dict[str, float | str] = {}
         self._http = _Connection(base_url)
@@ -224,9 +225,13 @@ class PointWatcher:
                 return found
             self._filtered = False  # not honoured here: the full exposition from now on
         status, text = self._http.get("/metrics")
+        if status == 404:  # not exposed (transformers serve, many endpoints): stop asking
+            self._exposed = False
         return parse(text) if status == 200 else {}
 
     def _safe_scrape(self) -> dict[str, float]:
+        if not self._exposed:
+            return {}
         try:
             return self._scrape()
         except (OSError, http.client.HTTPException, ValueError):
@@ -252,7 +257,7 @@ class PointWatcher:
     def _loop(self) -> None:
         start = time.thread_time()
         try:
-            while not self._stop.wait(self.interval_s):
+            while self._exposed and not self._stop.wait(self.interval_s):
                 self._sample()
         finally:
             self._cpu_s += time.thread_time() - start

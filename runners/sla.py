@@ -11,6 +11,15 @@ answered by measuring, not by reading it off a sweep chosen in advance. The sear
    of each other (a concurrency: adjacent, or within tolerance), a midpoint rounds onto a
    load already measured, or ``max_points`` points were measured.
 
+A stall of the machine, the network or a neighbour only ever adds latency: a pass is
+evidence, a single miss may be noise. So a load that missed (it ran, its latency was over
+a limit; a point that failed outright is believed) is measured once more
+(repeat 1, same key) before the search believes it, where ``confirm`` says so: by default
+the low end only, whose miss would end the search with no answer at all ("below range"
+after one unlucky measurement was what a 3-second stall of a shared machine did);
+``failures`` every miss. A load's verdict is its last measurement's; every measurement
+counts against the budget and shows in the path.
+
 Each step is an ordinary measurement (vLLM's bench client, its metric definitions) under
 the key ``<name>:<axis>=<value>``. A point meets the SLO when it succeeded and each
 limited metric (``p99_ttft_ms``...) is at most its limit; a failed point does not.
@@ -27,11 +36,13 @@ page) and the CLI compute the same answer from the same numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from runners.spec import SLASearch, Spec, slo_text
+
+T = TypeVar("T")
 
 UNITS = {"request_rate": "req/s", "max_concurrency": "concurrent requests"}
 
@@ -46,6 +57,7 @@ class Step:
     status: str
     metrics: dict[str, float | None] = field(default_factory=dict)
     reason: str = ""
+    repeat: int = 0  # 1: the load measured again after it missed (``confirm``)
 
 
 def _get(item: Any, name: str) -> Any:
@@ -83,14 +95,40 @@ def _converged(search: SLASearch, best: float, fail: float) -> bool:
     return fail / best - 1 <= search.tolerance
 
 
+def verdicts(steps: list[Step]) -> dict[float, bool]:
+    """Each measured load's verdict: its last measurement's (a confirmation overrides)."""
+    return {s.value: s.passed for s in steps}
+
+
+def confirms(search: SLASearch, value: float) -> bool:
+    if search.confirm == "failures":
+        return True
+    return search.confirm == "low" and value == round_value(search, search.low)
+
+
+def next_repeat(steps: list[Step], value: float) -> int:
+    """The repeat index of ``value``'s next measurement: 0 new, 1 a confirmation."""
+    return int(any(s.value == value for s in steps))
+
+
 def next_value(search: SLASearch, steps: list[Step]) -> float | None:
-    """The next load to measure, or None when the search is over (see the module doc)."""
+    """The next load to measure, or None when the search is over (see the module doc);
+    the load just measured again when it missed and ``confirm`` asks for it."""
     if len(steps) >= search.max_points:
         return None
     if not steps:
         return round_value(search, search.low)
-    measured = {s.value for s in steps}
-    fails = [s.value for s in steps if not s.passed]
+    last = steps[-1]
+    if (
+        not last.passed
+        and last.status == "succeeded"  # a latency miss; a failed point is believed
+        and last.repeat == 0
+        and confirms(search, last.value)
+    ):
+        return last.value
+    verdict = verdicts(steps)
+    measured = set(verdict)
+    fails = [v for v, ok in verdict.items() if not ok]
     lowest_fail = min(fails) if fails else None
     low = round_value(search, search.low)
     if lowest_fail is not None and lowest_fail <= low:
@@ -98,7 +136,7 @@ def next_value(search: SLASearch, steps: list[Step]) -> float | None:
     if lowest_fail is None:
         high = round_value(search, search.high)
         return None if high in measured else high
-    best = max(s.value for s in steps if s.passed and s.value < lowest_fail)
+    best = max(v for v, ok in verdict.items() if ok and v < lowest_fail)
     if _converged(search, best, lowest_fail):
         return None
     mid = round_value(search, math.sqrt(best * lowest_fail))
@@ -129,12 +167,41 @@ def search_value(spec: Spec, point_key: str) -> float | None:
     return value
 
 
+def superseded(
+    spec: Spec | None, identities: Iterable[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    """The search measurements a confirmation replaced: (backend, point key, 0) of a load
+    measured again at repeat 1. They stay stored and in the search's path; the point's
+    numbers (tables, charts, exports, compare's verdicts) are the confirmation's, as the
+    search's verdict is, not a mean of a stall and what it hid. ``identities``: every
+    (backend, point key, repeat) of a run's measurements."""
+    if spec is None or spec.sla_search is None:
+        return set()
+    found = set(identities)
+    return {
+        (backend, key, 0)
+        for backend, key, repeat in found
+        if repeat == 1 and (backend, key, 0) in found and search_value(spec, key) is not None
+    }
+
+
+def without_superseded(
+    spec: Spec | None, items: list[T], identity: Callable[[T], tuple[str, str, int]]
+) -> list[T]:
+    """``items`` (a run's measurements, any shape) less those a confirmation replaced
+    (``superseded``); ``spec``: the run's spec, parsed (None: nothing is dropped)."""
+    if spec is None or spec.sla_search is None:
+        return items
+    drop = superseded(spec, (identity(m) for m in items))
+    return [m for m in items if identity(m) not in drop]
+
+
 def steps_of(spec: Spec, backend: str, measurements: Iterable[Any]) -> list[Step]:
     """The search's steps on ``backend``, in the order they were measured.
 
     ``measurements``: result-document measurements (mappings or ``runners.result``
-    objects) in the order they were recorded; other points, backends and repeats are
-    skipped.
+    objects) in the order they were recorded; other points and backends are skipped, and
+    so is a repeat other than 0 or a confirmation (1) of a load that missed at 0.
     """
     search = spec.sla_search
     if search is None:
@@ -142,16 +209,20 @@ def steps_of(spec: Spec, backend: str, measurements: Iterable[Any]) -> list[Step
     steps = []
     for m in measurements:
         point = _get(m, "point")
-        if _get(m, "backend") != backend or _get(m, "repeat") not in (0, None):
+        repeat = _get(m, "repeat") or 0
+        if _get(m, "backend") != backend or repeat not in (0, 1):
             continue
         value = search_value(spec, str(_get(point, "key") or ""))
         if value is None:
             continue
+        first = [s for s in steps if s.value == value]
+        if (repeat == 0) != (not first) or (first and (first[0].passed or len(first) > 1)):
+            continue  # a repeat the search would not have made
         status = str(_get(m, "status") or "")
         metrics = _get(m, "metrics") or {}
         passed, reason = judge(search, status, metrics)
         shown = {k: metrics.get(k) for k in search.slo}
-        steps.append(Step(value, passed, str(_get(point, "key")), status, shown, reason))
+        steps.append(Step(value, passed, str(_get(point, "key")), status, shown, reason, repeat))
     return steps
 
 
@@ -166,17 +237,16 @@ def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
     search = spec.sla_search
     assert search is not None
     finished = next_value(search, steps) is None
-    fails = [s.value for s in steps if not s.passed]
+    verdict = verdicts(steps)
+    fails = [v for v, ok in verdict.items() if not ok]
     lowest_fail = min(fails) if fails else None
-    passing = [
-        s.value for s in steps if s.passed and (lowest_fail is None or s.value < lowest_fail)
-    ]
+    passing = [v for v, ok in verdict.items() if ok and (lowest_fail is None or v < lowest_fail)]
     answer = max(passing) if passing else None
     low, high = round_value(search, search.low), round_value(search, search.high)
     unit = UNITS[search.axis]
     if not steps:
         state, text = "pending", "not measured yet"
-    elif answer is None and lowest_fail is not None and lowest_fail <= low:
+    elif answer is None and lowest_fail is not None and lowest_fail <= low and finished:
         state = "below range"
         where = f"{_shown(low)} req/s" if search.axis == "request_rate" else f"concurrency {low:g}"
         text = f"none: {search.describe_slo()} is not met even at {where}"
@@ -185,7 +255,10 @@ def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
     elif lowest_fail is None and answer >= high:
         state = "top of range"
         text = f"{_answer_text(search, answer)} (the top of the searched range: it may go higher)"
-    elif finished and _converged(search, answer, lowest_fail or answer):
+    elif finished and lowest_fail is None:  # the budget ran out below the high end
+        state = "budget spent"
+        text = f"{_answer_text(search, answer)} (not converged: the high end was not measured)"
+    elif finished and _converged(search, answer, lowest_fail):
         state, text = "converged", _answer_text(search, answer)
     elif finished:
         state = "budget spent" if len(steps) >= search.max_points else "converged"

@@ -24,8 +24,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -348,7 +350,20 @@ class Sweep(Strict):
         return self
 
 
-class HFBackend(Strict):
+class NamedBackend(Strict):
+    """What every backend kind has: a name, unique in the spec, shown on every page."""
+
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _LABEL.match(v):
+            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+
+class HFBackend(NamedBackend):
     """The naive baseline: one request at a time through transformers' generate()."""
 
     kind: Literal["hf-sequential"] = "hf-sequential"
@@ -360,13 +375,6 @@ class HFBackend(Strict):
     output_len: int | None = Field(None, ge=1, description="Defaults to the workload's.")
     num_warmups: int = Field(1, ge=0, le=100)
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
 
 class HFStaticCacheBackend(HFBackend):
@@ -380,7 +388,7 @@ class HFStaticCacheBackend(HFBackend):
     )
 
 
-class HFBatchedBackend(Strict):
+class HFBatchedBackend(NamedBackend):
     """An optimized batch-generation script: at each sweep point, the point's prompts
     through generate() in static padded batches of the point's concurrency
     (``runners.hf_baselines``)."""
@@ -389,13 +397,6 @@ class HFBatchedBackend(Strict):
     name: str = "hf-batched"
     num_warmups: int = Field(1, ge=0, le=100)
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
 
 # The runner sets these itself: the bench client must find the server, under the model's
@@ -572,7 +573,7 @@ _ADDED_VLLM_DEFAULTS: dict[str, Any] = {
 _REQUEST_ONLY_FIELDS = ("api", "lora_assignment")
 
 
-class VLLMBackend(Strict):
+class VLLMBackend(NamedBackend):
     """A vLLM OpenAI-compatible server, measured with vLLM's own bench client."""
 
     kind: Literal["vllm"] = "vllm"
@@ -621,13 +622,6 @@ class VLLMBackend(Strict):
         ),
     )
     startup_timeout_s: int = Field(900, ge=10, le=7200)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
     @field_validator("quantization")
     @classmethod
@@ -741,7 +735,7 @@ class APIKey(Strict):
         return self
 
 
-class EndpointBackend(Strict):
+class EndpointBackend(NamedBackend):
     """An OpenAI-compatible server that is already deployed (vLLM, SGLang, TGI, a gateway):
     no server is started and no GPU requested; measured by vLLM's bench client."""
 
@@ -759,13 +753,15 @@ class EndpointBackend(Strict):
     api_key: APIKey | None = Field(
         None, description="Where the runner finds the key (a variable or a Secret), if any."
     )
-    request_fields: Literal["vllm", "openai"] = Field(
+    request_fields: Literal["vllm", "openai", "transformers"] = Field(
         "vllm",
         description="'vllm': vLLM's bench client as is (it sends vLLM's extra fields: "
         "repetition_penalty, ignore_eos, top_k; vLLM and SGLang accept them). 'openai': "
         "only fields of the OpenAI API are sent, for servers that refuse others (TGI's "
-        "Messages API, transformers serve, strict gateways); output lengths can then not "
-        "be forced, and each measurement says how many responses came back shorter.",
+        "Messages API, strict gateways); output lengths can then not be forced, and each "
+        "measurement says how many responses came back shorter. 'transformers': OpenAI "
+        "fields plus transformers serve's generation_config, which forces output lengths "
+        "and carries top_k.",
     )
     lora_modules: list[str] = Field(
         default_factory=list,
@@ -773,13 +769,6 @@ class EndpointBackend(Strict):
         description="Adapter names this endpoint serves; requests are spread over them.",
     )
     lora_assignment: LoRAAssignment = "random"
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
     @field_validator("base_url")
     @classmethod
@@ -842,11 +831,70 @@ class EndpointBackend(Strict):
         return self.model_dump(mode="json", exclude={"name", "kind", "api_key"})
 
 
+class TransformersServeBackend(NamedBackend):
+    """Transformers' own OpenAI-compatible server (``transformers serve``), started and
+    stopped by the runner like a vLLM server and measured at the same points with the same
+    client and metric definitions (``runners.transformers_server``). Output lengths are
+    forced as vLLM's ``ignore_eos`` forces them, through the server's ``generation_config``
+    request field, and checked per request."""
+
+    kind: Literal["transformers-serve"] = "transformers-serve"
+    name: str = "transformers-serve"
+    api: Api = Field("completions", description="'completions' or 'chat'.")
+    continuous_batching: bool = Field(
+        True,
+        description="--continuous-batching (paged attention, requests batched as they "
+        "come) or, when false, one generate() call at a time.",
+    )
+    compile: bool = Field(False, description="--compile: static cache and torch.compile.")
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "sdpa_paged"] | None = Field(
+        None, description="--attn-implementation (the server's default when left out)."
+    )
+    cb_num_blocks: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="--cb-num-blocks: KV-cache blocks for continuous batching (the server "
+        "sizes the cache from free memory when left out; on CPU, set it).",
+    )
+    cb_block_size: int | None = Field(None, ge=1, le=1024, description="--cb-block-size.")
+    cb_max_batch_tokens: int | None = Field(
+        None, ge=1, le=10_000_000, description="--cb-max-batch-tokens."
+    )
+    startup_timeout_s: int = Field(600, ge=10, le=7200)
+
+    @model_validator(mode="after")
+    def _batching(self) -> TransformersServeBackend:
+        if not self.continuous_batching:
+            for key in ("cb_num_blocks", "cb_block_size", "cb_max_batch_tokens"):
+                if getattr(self, key) is not None:
+                    raise FieldError(key, f"{key} needs continuous_batching: true")
+        return self
+
+    @property
+    def request_fields(self) -> str:
+        """How the bench client asks it: OpenAI fields plus its ``generation_config``."""
+        return "transformers"
+
+    @property
+    def lora_names(self) -> list[str]:
+        return []
+
+    def server_config(self) -> dict[str, Any]:
+        """What the fingerprint compares: the server's options and the API asked."""
+        return self.model_dump(mode="json", exclude={"name", "kind", "startup_timeout_s"})
+
+
 Backend = Annotated[
-    HFBackend | HFStaticCacheBackend | HFBatchedBackend | VLLMBackend | EndpointBackend,
+    HFBackend
+    | HFStaticCacheBackend
+    | HFBatchedBackend
+    | VLLMBackend
+    | EndpointBackend
+    | TransformersServeBackend,
     Field(discriminator="kind"),
 ]
-ServedBackend = VLLMBackend | EndpointBackend
+ServedBackend = VLLMBackend | EndpointBackend | TransformersServeBackend
 
 
 class SLO(Strict):
@@ -878,7 +926,8 @@ class SLASearch(Strict):
     highest value that met the SLO and the lowest that did not, until they are within
     ``tolerance`` (concurrency: adjacent) or ``max_points`` points were measured. Each
     point is an ordinary measurement under the key ``<name>:<axis>=<value>``, with the
-    workload (and ``fixed``) at that load. Runs once per backend (repeat 0).
+    workload (and ``fixed``) at that load. Runs once per backend (repeat 0); a load that
+    missed the SLO is measured once more (repeat 1) where ``confirm`` says so.
     """
 
     name: str = Field("sla", description="The sweep name of the search's points.")
@@ -899,6 +948,15 @@ class SLASearch(Strict):
         description="Stop when the highest passing and the lowest failing load differ by "
         "at most this fraction (concurrency: when they are adjacent).",
     )
+    confirm: Literal["none", "low", "failures"] = Field(
+        "low",
+        description="Which missed loads are measured once more before the search believes "
+        "them (a stall of the machine or the network only ever adds latency, so a miss can "
+        "be noise where a pass cannot): 'low' the low end, whose miss ends the search with "
+        "no answer; 'failures' every miss (an answer that a one-off stall cannot lower, at "
+        "up to twice the points); 'none' nothing. A load misses when its last measurement "
+        "misses. Each measurement counts against max_points.",
+    )
     backends: list[str] = Field(
         default_factory=list,
         max_length=MAX_BACKENDS,
@@ -908,6 +966,15 @@ class SLASearch(Strict):
         default_factory=WorkloadOverrides,
         description="Workload fields held at a value of the search's own.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured_before_confirm(cls, data: Any, info: ValidationInfo) -> Any:
+        # A run stored before ``confirm`` existed measured every load once: read it so,
+        # or its finished search would seem to wait for a confirmation.
+        if (info.context or {}).get("stored") and isinstance(data, dict):
+            return {"confirm": "none", **data}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -1000,6 +1067,10 @@ class Resources(Strict):
 class Spec(Strict):
     """A complete benchmark spec (version 1)."""
 
+    # Parsed with parse_spec(stored=True): kept on the instance, since an assignment
+    # re-validates the spec (validate_assignment) without the parse's context.
+    _stored: bool = PrivateAttr(default=False)
+
     version: Literal[1] = Field(SPEC_VERSION, description="Spec schema version.")
     name: str | None = Field(None, max_length=200, description="Human-readable run name.")
     description: str | None = Field(None, max_length=5000)
@@ -1032,14 +1103,16 @@ class Spec(Strict):
         return _without_defaults(handler(self), {"sla_search": None})
 
     @model_validator(mode="after")
-    def _consistent(self) -> Spec:
+    def _consistent(self, info: ValidationInfo) -> Spec:
         names = [b.name for b in self.backends]
         for i, name in enumerate(names):
             if name in names[:i]:
+                first = names.index(name)
                 raise FieldError(
                     f"backends.{i}.name",
-                    f"backend names must be unique: {name!r} is used twice "
-                    "(give each vllm backend a name)",
+                    f"backend names must be unique: {name!r} is also backends.{first}'s name "
+                    f"(two backends of one kind need a name each: give this one another "
+                    f"name, e.g. {self.backends[i].kind}-{i + 1})",
                 )
         sweep_names = [s.name for s in self.sweeps]
         for i, name in enumerate(sweep_names):
@@ -1052,7 +1125,13 @@ class Spec(Strict):
         self._dataset_rules()
         self._parallelism_rules()
         self._endpoint_rules()
+        self._transformers_rules()
         self._search_rules()
+        if (info.context or {}).get("stored"):
+            self._stored = True
+        if not self._stored:
+            # Refusals added after runs were accepted: a stored run's spec stays readable.
+            self._batched_rules()
         self._unlimited_concurrency_under_a_rate()
         npoints = self.total_measurements()
         if npoints > MAX_POINTS:
@@ -1189,6 +1268,29 @@ class Spec(Strict):
                 "set gpu_count to 0 or leave it out",
             )
 
+    def _transformers_rules(self) -> None:
+        """What ``transformers serve`` cannot be given: it loads the model's own tokenizer
+        and names a model ``id@revision``."""
+        i = next(
+            (i for i, b in enumerate(self.backends) if isinstance(b, TransformersServeBackend)),
+            None,
+        )
+        if i is None:
+            return
+        name = self.backends[i].name
+        if self.model.tokenizer:
+            raise FieldError(
+                "model.tokenizer",
+                f"backend {name!r} (transformers serve) loads the model's own tokenizer and "
+                "has no option for another; leave model.tokenizer out or remove the backend",
+            )
+        if "@" in self.model.id:
+            raise FieldError(
+                "model.id",
+                f"backend {name!r} (transformers serve) reads '@' in a model id as the "
+                "start of a revision; put the revision in model.revision",
+            )
+
     def _search_rules(self) -> None:
         search = self.sla_search
         if search is None:
@@ -1226,6 +1328,37 @@ class Spec(Strict):
                 "a max_concurrency search sends every request at once; remove "
                 "workload.ramp_up, or search on request_rate",
             )
+
+    def _batched_rules(self) -> None:
+        """hf-batched runs static batches of a point's concurrency back to back: it cannot
+        follow a request rate. At a point whose requests arrive at a rate (a request_rate
+        sweep or search, a rate or ramp-up for every point), its batch would be the
+        client's concurrency cap (all the prompts at once, under a rate), and its numbers
+        beside the rate-limited servers' would read as the same load when they are not."""
+        batched = [i for i, b in enumerate(self.backends) if isinstance(b, HFBatchedBackend)]
+        if not batched:
+            return
+        w = self.workload
+        where = None
+        if w.request_rate is not None:
+            where = "workload.request_rate"
+        elif w.ramp_up is not None:
+            where = "workload.ramp_up"
+        for i, sweep in enumerate(self.sweeps):
+            if where is None and sweep.axis == "request_rate":
+                where = f"sweeps.{i}.axis"
+            elif where is None and sweep.fixed.request_rate is not None:
+                where = f"sweeps.{i}.fixed.request_rate"
+        if where is None:
+            return
+        raise FieldError(
+            where,
+            f"hf-batched (backends.{batched[0]}) runs static batches back to back and cannot "
+            "send requests at a rate, so its numbers at these points would not be measured "
+            "under the load the servers get; remove the hf-batched backend, or measure it in "
+            "a spec whose sweeps send every request at once (a max_concurrency, input_len or "
+            "output_len sweep without a request rate)",
+        )
 
     def _unlimited_concurrency_under_a_rate(self) -> None:
         """Under a request rate the arrivals set the load: unless the spec caps it, the
@@ -1274,9 +1407,24 @@ class Spec(Strict):
         return [b for b in self.backends if isinstance(b, EndpointBackend)]
 
     @property
+    def transformers_backends(self) -> list[TransformersServeBackend]:
+        return [b for b in self.backends if isinstance(b, TransformersServeBackend)]
+
+    @property
     def served_backends(self) -> list[ServedBackend]:
-        """The backends measured at the sweep points: vLLM servers and endpoints."""
-        return [b for b in self.backends if isinstance(b, VLLMBackend | EndpointBackend)]
+        """The backends measured at the sweep points through vLLM's bench client: vLLM
+        servers, endpoints and transformers serve."""
+        return [
+            b
+            for b in self.backends
+            if isinstance(b, VLLMBackend | EndpointBackend | TransformersServeBackend)
+        ]
+
+    @property
+    def loads_model(self) -> bool:
+        """Whether the runner loads the model itself (an HF baseline, a vLLM server,
+        transformers serve), rather than only measuring deployed endpoints."""
+        return any(not isinstance(b, EndpointBackend) for b in self.backends)
 
     @property
     def search_backends(self) -> list[ServedBackend]:
@@ -1408,7 +1556,8 @@ def seed_experiment() -> Spec:
 
 def seed_all_baselines() -> Spec:
     """The seed experiment against every Hugging Face baseline: the sequential loop, the
-    static-cache compiled loop, and static batches of each point's concurrency."""
+    static-cache compiled loop, static batches of each point's concurrency, and
+    Transformers' own server with continuous batching."""
     seed = seed_experiment()
     return Spec(
         name="Seed experiment: Qwen3-0.6B, every HF baseline vs vLLM",
@@ -1419,6 +1568,7 @@ def seed_all_baselines() -> Spec:
             HFBackend(input_len=1024, output_len=128),
             HFStaticCacheBackend(input_len=1024, output_len=128),
             HFBatchedBackend(),
+            TransformersServeBackend(name="transformers-serve-cb"),
             VLLMBackend(),
         ],
     )
@@ -1450,7 +1600,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "title": "Seed experiment, every HF baseline (Qwen3-0.6B)",
         "description": (
             "The seed experiment against hf-sequential, hf-static-cache (static KV cache, "
-            "torch.compile) and hf-batched (static batches of each point's concurrency)."
+            "torch.compile), hf-batched (static batches of each point's concurrency) and "
+            "transformers serve with continuous batching, at vLLM's points."
         ),
         "build": seed_all_baselines,
     },
@@ -1490,7 +1641,14 @@ class SpecError(ValueError):
         super().__init__(f"{where}{first['message']}{more}")
 
 
-BACKEND_KINDS = ("hf-sequential", "hf-static-cache", "hf-batched", "vllm", "endpoint")
+BACKEND_KINDS = (
+    "hf-sequential",
+    "hf-static-cache",
+    "hf-batched",
+    "vllm",
+    "endpoint",
+    "transformers-serve",
+)
 
 
 def errors_from(exc: ValidationError) -> list[dict[str, str]]:
@@ -1512,15 +1670,19 @@ def errors_from(exc: ValidationError) -> list[dict[str, str]]:
     return out
 
 
-def parse_spec(data: Any) -> Spec:
-    """Validate a mapping (already parsed JSON/YAML) into a Spec, raising SpecError."""
+def parse_spec(data: Any, *, stored: bool = False) -> Spec:
+    """Validate a mapping (already parsed JSON/YAML) into a Spec, raising SpecError.
+
+    ``stored``: the spec of a run accepted earlier (pages, ingestion, compare). Refusals
+    added since then (the spec's ``_consistent`` names them) are not applied to it again,
+    so tightening a rule for new submissions never makes an old run unreadable."""
     if not isinstance(data, dict):
         raise SpecError([{"field": "", "message": "a spec must be a mapping (JSON object)"}])
     problem = json_problem(data)
     if problem:
         raise SpecError([{"field": problem[0], "message": problem[1]}])
     try:
-        return Spec.model_validate(data)
+        return Spec.model_validate(data, context={"stored": stored})
     except ValidationError as exc:
         raise SpecError(errors_from(exc)) from None
 

@@ -9,8 +9,12 @@ per-request arrays) and ``detail`` (the arrays, minus generated texts).
 A point where any request failed, or none completed, is a *failed* measurement carrying
 the client's errors; its metrics are left empty so no chart ever plots a zero.
 
-The target is a ``VLLMServer`` the runner started or an ``Endpoint`` already deployed
-(``runners.endpoint``): the same client, flags and parsing, so the numbers compare. An
+The target is a ``VLLMServer`` or a ``TransformersServer`` (``transformers serve``) the
+runner started, or an ``Endpoint`` already deployed (``runners.endpoint``): the same client,
+flags and parsing, so the numbers compare. ``transformers serve`` is asked through the
+client's ``--transformers-fields`` adapter, which forces output lengths through its
+``generation_config`` and checks them (``raw["servebench"]["length_check"]``; a point
+where a length differs fails, ``length_failure``). An
 endpoint's key reaches the client only as ``OPENAI_API_KEY`` in its environment; an
 endpoint that takes only OpenAI fields is driven through the client's request adapter
 (``runners.bench_client --openai-fields-only``). ``raw["servebench"]`` says how the
@@ -42,14 +46,15 @@ import requests
 from runners import causes, nvml, procs
 from runners import conditions as cond
 from runners import telemetry as tm
-from runners.bench_client import OPENAI_ONLY_FLAG, REPORT_ENV
+from runners.bench_client import ADAPTERS, OPENAI_ONLY_FLAG, REPORT_ENV, TRANSFORMERS_FLAG
 from runners.endpoint import Endpoint, missing_key_reason, served_model
 from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
 from runners.server_metrics import PointWatcher
 from runners.spec import API_ENDPOINTS, EndpointBackend, Point, ServedBackend, Spec, VLLMBackend
+from runners.transformers_server import TransformersServer
 from runners.vllm_server import VLLMServer
 
-Target = VLLMServer | Endpoint
+Target = VLLMServer | Endpoint | TransformersServer
 
 
 class _Skip(Exception):
@@ -64,9 +69,17 @@ PER_REQUEST_KEYS = (
 DROPPED_KEYS = ("generated_texts",)  # noise for random prompts, and megabytes of it
 
 
-def openai_only(backend: ServedBackend | None) -> bool:
-    """Whether requests to this backend may carry only OpenAI fields."""
-    return isinstance(backend, EndpointBackend) and backend.request_fields == "openai"
+def request_mode(backend: ServedBackend | None) -> str:
+    """How requests to this backend are made: 'vllm' (vLLM's client as is), 'openai'
+    (OpenAI fields only) or 'transformers' (OpenAI fields and a generation_config)."""
+    return getattr(backend, "request_fields", "vllm")
+
+
+def adapter_flag(backend: ServedBackend | None) -> str | None:
+    """The request adapter of ``runners.bench_client`` this backend needs, if any."""
+    return {"openai": OPENAI_ONLY_FLAG, "transformers": TRANSFORMERS_FLAG}.get(
+        request_mode(backend)
+    )
 
 
 def _dataset_flags(spec: Spec, point: Point) -> list[str]:
@@ -115,8 +128,8 @@ def bench_flags(
     w = spec.workload
     m = spec.model
     api = backend.api if backend is not None else "completions"
-    endpoint = isinstance(backend, EndpointBackend)
-    client = "openai-chat" if api == "chat" else "openai" if endpoint else "vllm"
+    vllm_server = backend is None or isinstance(backend, VLLMBackend)
+    client = "openai-chat" if api == "chat" else "vllm" if vllm_server else "openai"
     flags = ["--backend", client, "--base-url", base_url, "--endpoint", API_ENDPOINTS[api]]
     flags += ["--model", m.id]
     if isinstance(backend, EndpointBackend) and served_model(spec, backend) != m.id:
@@ -151,8 +164,8 @@ def bench_flags(
     if backend is not None and backend.lora_names:
         flags += ["--lora-modules", *backend.lora_names]
         flags += ["--lora-assignment", backend.lora_assignment]
-    if w.ignore_eos and not openai_only(backend):
-        flags.append("--ignore-eos")
+    if w.ignore_eos and request_mode(backend) != "openai":
+        flags.append("--ignore-eos")  # transformers serve: as a generation_config
     if spec.slo:
         slo = spec.slo.model_dump(exclude_none=True)
         flags += ["--goodput", *(f"{k.removesuffix('_ms')}:{v:g}" for k, v in slo.items())]
@@ -166,10 +179,11 @@ def bench_flags(
 
 
 def bench_command(flags: list[str], backend: ServedBackend | None = None) -> str:
-    """The client command a person would type; through the request adapter for an
-    endpoint that takes only OpenAI fields (``vllm bench serve`` has no such mode)."""
-    if openai_only(backend):
-        return shlex.join(["python", "-m", "runners.bench_client", OPENAI_ONLY_FLAG, *flags])
+    """The client command a person would type; through the request adapter for a server
+    that takes only OpenAI fields (``vllm bench serve`` has no such mode)."""
+    flag = adapter_flag(backend)
+    if flag:
+        return shlex.join(["python", "-m", "runners.bench_client", flag, *flags])
     return shlex.join(["vllm", "bench", "serve", *flags])
 
 
@@ -215,7 +229,8 @@ def probe(
     """
     w = spec.workload
     endpoint = isinstance(backend, EndpointBackend)
-    if w.dataset not in ("random", "prefix_repetition") and not endpoint:
+    vllm_server = backend is None or isinstance(backend, VLLMBackend)
+    if w.dataset not in ("random", "prefix_repetition") and vllm_server:
         return None
     api = backend.api if backend is not None else "completions"
     length = point.input_len + w.prefix_len
@@ -227,12 +242,13 @@ def probe(
         body["messages"] = [{"role": "user", "content": "hello " * length}]
         body["max_completion_tokens"] = point.output_len
     else:
-        body["prompt"] = "hello " * length if endpoint else [100] * length
+        body["prompt"] = [100] * length if vllm_server else "hello " * length
         body["max_tokens"] = point.output_len
-        if not openai_only(backend):
-            body["repetition_penalty"] = 1.0  # as vLLM's client sends it
-    if w.ignore_eos and not openai_only(backend):
+        body["repetition_penalty"] = 1.0  # as vLLM's client sends it
+    if w.ignore_eos:
         body["ignore_eos"] = True
+    if (flag := adapter_flag(backend)) is not None:
+        ADAPTERS[flag](body)  # the fields the client's adapter would send
     headers = target.headers if isinstance(target, Endpoint) else {}
     try:
         response = requests.post(
@@ -249,7 +265,7 @@ def probe(
     if isinstance(target, Endpoint) and target.key:
         message = message.replace(target.key, "[api key]")
     why = f"a request of this shape is refused with {response.status_code}: {message[:500]}"
-    if endpoint and not openai_only(backend) and response.status_code in (400, 422):
+    if endpoint and adapter_flag(backend) is None and response.status_code in (400, 422):
         why += (
             " (if the server takes only OpenAI fields, set request_fields: openai on this "
             "endpoint: vLLM's client sends repetition_penalty and ignore_eos)"
@@ -267,7 +283,7 @@ def request_facts(
     """How the requests were made (``raw["servebench"]``): API, fields dropped and added
     by the request adapter, and the output lengths of the requests that succeeded."""
     asked = spec.workload.ignore_eos or spec.workload.dataset == "random"
-    if openai_only(backend) and asked:
+    if request_mode(backend) == "openai" and asked:
         output_len = "not forced"
     else:
         output_len = "forced" if asked else "natural"
@@ -291,15 +307,46 @@ def request_facts(
     for key in ("dropped_fields", "added_fields"):
         if adapted.get(key):
             facts[key] = adapted[key]
+    lengths, stream = adapted.get("lengths"), adapted.get("stream")
+    if lengths and request_mode(backend) == "transformers":
+        facts["length_check"] = lengths  # each forced response's length, checked
+    notes = []
+    if stream:
+        facts["stream"] = stream
+        if stream["chunks"] < stream["tokens"]:
+            notes.append(
+                f"the server streamed {stream['chunks']} chunks for {stream['tokens']} tokens "
+                "(it sends no chunk for a token that decodes to no text): inter-token "
+                "latencies are per chunk, and a response's first token is its first text"
+            )
     if output_len == "not forced":
-        facts["note"] = (
+        notes.insert(
+            0,
             "output lengths could not be forced: this endpoint takes only OpenAI fields "
             f"(no ignore_eos); {short} of {len(lens)} responses ended before "
             f"{point.output_len} tokens"
             + (f" and {long} ran past it (the server ignored the limit)" if long else "")
-            + "; the metrics count the tokens that came back"
+            + "; the metrics count the tokens that came back",
         )
+    if notes:
+        facts["note"] = "; ".join(notes)
     return facts
+
+
+def length_failure(backend: ServedBackend, facts: dict[str, Any]) -> str | None:
+    """Why a point whose output lengths were forced must not count: responses of another
+    length than asked (the same definitions would not hold), or None."""
+    check = facts.get("length_check") or {}
+    if not check.get("differing"):
+        return None
+    examples = ", ".join(f"asked {a}, got {g}" for a, g in check.get("examples") or [])
+    return (
+        f"{check['differing']} of {check['checked']} responses of {backend.name!r} came back "
+        f"with another number of tokens than the request forced ({examples}), so its "
+        "throughput would not compare with the other backends'. Next: check that this "
+        "transformers version honours generation_config's eos_token_id, or measure natural "
+        "lengths (workload.ignore_eos: false with a non-random dataset)"
+    )
 
 
 def _client_env(target: Target, backend: ServedBackend, report: Path) -> dict[str, str]:
@@ -307,7 +354,7 @@ def _client_env(target: Target, backend: ServedBackend, report: Path) -> dict[st
     env.pop("OPENAI_API_KEY", None)  # only an endpoint's own key, never one inherited
     if isinstance(target, Endpoint) and target.key:
         env["OPENAI_API_KEY"] = target.key
-    if openai_only(backend):
+    if adapter_flag(backend):
         env[REPORT_ENV] = str(report)
     return env
 
@@ -364,7 +411,7 @@ def measure_point(
         gpu = nvml.Sampler(off=ENDPOINT_GPUS if is_endpoint else None)
         with PointWatcher(target.base_url, gpu=gpu) as watcher:
             argv = [sys.executable, "-m", "runners.bench_client"]
-            argv += [OPENAI_ONLY_FLAG] if openai_only(backend) else []
+            argv += [flag] if (flag := adapter_flag(backend)) else []
             with cond.Watch(cores or cond.own_cores(), extra=extra) as watch:
                 env = _client_env(target, backend, report_path)
                 code = procs.run([*argv, *flags], log_path, env=env)
@@ -373,8 +420,9 @@ def measure_point(
         # NVML sees this machine's GPUs: an endpoint's memory is not among them.
         fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
         if not is_endpoint and not target.alive:
+            assert not isinstance(target, Endpoint)
             error = (
-                "the vLLM server exited during this point. "
+                f"{target.LABEL} exited during this point. "
                 f"Last lines of its log ({target.log_path}):\n{target.log_tail()}"
             )
         elif code != 0 or not result_path.exists():
@@ -389,7 +437,7 @@ def measure_point(
             fields["raw"]["servebench"] = request_facts(
                 spec, backend, point, fields["detail"], adapted
             )
-            error = client_failure(data)
+            error = client_failure(data) or length_failure(backend, fields["raw"]["servebench"])
             if error is None:
                 fields["metrics"] = metrics
             elif target.alive and (why := probe(target, spec, point, backend)):
@@ -409,7 +457,7 @@ def measure_point(
         error = causes.explain(error)
     return Measurement(
         backend=backend.name,
-        backend_kind="endpoint" if is_endpoint else "vllm",
+        backend_kind=backend.kind,
         point=point_info(point),
         repeat=repeat,
         status="failed" if error else "succeeded",

@@ -1,4 +1,5 @@
-"""One vLLM OpenAI-compatible server for one server configuration.
+"""One vLLM OpenAI-compatible server for one server configuration (and ``LocalServer``,
+what it shares with the other servers the runner starts: ``runners.transformers_server``).
 
 Started as ``python -m vllm.entrypoints.openai.api_server`` from an argv list (no shell)
 in a process group of its own (``runners.procs``), on a free local port, logging to a
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Self
 
 import requests
 
@@ -90,10 +92,16 @@ def server_env(backend: VLLMBackend) -> dict[str, str]:
     return {"VLLM_SERVER_DEV_MODE": "1"} if backend.enable_prefix_caching else {}
 
 
-class VLLMServer:
-    """A running (or startable) vLLM server; use as a context manager to always stop it."""
+class LocalServer:
+    """A server the runner starts for one backend, in a process group of its own, on a free
+    local port, logging to a file; use as a context manager to always stop it.
 
-    def __init__(self, spec: Spec, backend: VLLMBackend, log_path: Path) -> None:
+    Subclasses say how to start it (``argv``, ``env``) and what a person would type
+    (``command``); ``LABEL`` names it in failure reasons."""
+
+    LABEL = "the server"
+
+    def __init__(self, spec: Spec, backend: Any, log_path: Path) -> None:
         self.spec = spec
         self.backend = backend
         self.log_path = log_path
@@ -108,6 +116,81 @@ class VLLMServer:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def command(self) -> str:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        """The server's environment: the runner's, plus what the server needs."""
+        return dict(os.environ)
+
+    def start(self) -> None:
+        """Spawn the server and wait for /health; raise ServerError (server stopped) if not."""
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {shlex.join(self.argv())}\n".encode())
+        self.proc = procs.spawn(self.argv(), self.log_path, self.env())
+        try:
+            self._wait_ready(started + self.backend.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+
+    def _wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        session = requests.Session()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServerError(
+                    f"{self.LABEL} exited with code {code} before it was ready. "
+                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                )
+            try:
+                if session.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"{self.LABEL} was not ready within startup_timeout_s="
+                    f"{self.backend.startup_timeout_s} s (raise it for large models). "
+                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        return procs.tail(self.log_path, lines)
+
+    def stop(self) -> None:
+        """Stop the whole process group (engine workers included); safe to call twice."""
+        if self.proc is not None:
+            procs.stop(self.proc)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class VLLMServer(LocalServer):
+    """A running (or startable) vLLM server; use as a context manager to always stop it."""
+
+    LABEL = "the vLLM server"
+    backend: VLLMBackend
+
+    def __init__(self, spec: Spec, backend: VLLMBackend, log_path: Path) -> None:
+        super().__init__(spec, backend, log_path)
 
     def argv(self) -> list[str]:
         address = ["--host", HOST, "--port", str(self.port)]
@@ -129,46 +212,8 @@ class VLLMServer:
         argv = [*env, "vllm", "serve", self.spec.model.id, *address]
         return shlex.join([*argv, *serve_flags(self.spec, self.backend)])
 
-    def start(self) -> None:
-        """Spawn the server and wait for /health; raise ServerError (server stopped) if not."""
-        env = {**os.environ, **server_env(self.backend)}
-        started = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {shlex.join(self.argv())}\n".encode())
-        self.proc = procs.spawn(self.argv(), self.log_path, env)
-        try:
-            self._wait_ready(started + self.backend.startup_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - started
-
-    def _wait_ready(self, deadline: float) -> None:
-        assert self.proc is not None
-        session = requests.Session()
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                raise ServerError(
-                    f"the vLLM server exited with code {code} before it was ready. "
-                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
-                )
-            try:
-                if session.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"the vLLM server was not ready within startup_timeout_s="
-                    f"{self.backend.startup_timeout_s} s (raise it for large models). "
-                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
-                )
-            time.sleep(0.5)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **server_env(self.backend)}
 
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache so a point does not reuse the previous point's prompts."""
@@ -178,18 +223,3 @@ class VLLMServer:
                 f"POST /reset_prefix_cache answered {response.status_code}: "
                 f"{response.text[:200]} (it needs VLLM_SERVER_DEV_MODE=1 in the server env)"
             )
-
-    def log_tail(self, lines: int = 30) -> str:
-        return procs.tail(self.log_path, lines)
-
-    def stop(self) -> None:
-        """Stop the whole process group (engine workers included); safe to call twice."""
-        if self.proc is not None:
-            procs.stop(self.proc)
-
-    def __enter__(self) -> VLLMServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build (once) what a real one-node test cluster adds to `make kube`'s control plane:
 #
-#   kubelet + kube-scheduler v1.20.2 from the same Debian bookworm source package that
-#   scripts/kube-binaries.sh builds kube-apiserver and kube-controller-manager from, and
-#   Kubernetes' pause (build/pause/linux/pause.c, static) for the Pod sandbox image;
+#   kubelet + kube-scheduler v1.20.2 from the same Debian bookworm source package as
+#   kube-apiserver and kube-controller-manager (scripts/kube-binaries.sh builds all four in
+#   one Go build; they are built here only where a cache lacks them), and Kubernetes' pause (build/pause/linux/pause.c, static) for the Pod sandbox image;
 #   containerd, runc, buildah, debootstrap and the CNI plugins from Debian's packages.
 #
 # No kube-proxy: the test cluster runs without Services (tests/k8s_e2e/README.md says why).

@@ -416,6 +416,7 @@ def main() -> int:
     # debug page (createdemo and the generated SECRET_KEY only need QUICKSTART).
     env["SERVEBENCH_QUICKSTART"] = "1"
     env.setdefault("DEBUG", "0")
+    env.setdefault("SERVEBENCH_PAGE_CACHE", "redis")  # the demo's page is warm at first visit
     dev.mkdir(parents=True, exist_ok=True)
     env.setdefault("SECRET_KEY", secret_key(dev))
     env.setdefault("SERVEBENCH_PUBLIC_URL", base)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners import fingerprint as rf
+from runners import sla
 from runners import spec as rs
 from servebench.verdict import (
     DEFAULT_BOOTSTRAP,
@@ -127,7 +128,11 @@ class Comparison:
 def points_of(document: Mapping[str, Any]) -> dict[tuple[str, str], Point]:
     """The succeeded measurements of a result document grouped per (backend label, point
     key), in document order."""
-    measurements = [m for m in document.get("measurements") or [] if isinstance(m, dict)]
+    measurements = sla.without_superseded(  # a confirmed load: its confirmation's numbers
+        _search_spec(document),
+        [m for m in document.get("measurements") or [] if isinstance(m, dict)],
+        _identity,
+    )
     kinds = Counter(
         str(kind or "")
         for kind, _ in {(m.get("backend_kind"), m.get("backend")) for m in measurements}
@@ -145,6 +150,22 @@ def points_of(document: Mapping[str, Any]) -> dict[tuple[str, str], Point]:
     return out
 
 
+def _search_spec(document: Mapping[str, Any]) -> rs.Spec | None:
+    """The document's spec when it has an SLA search (else no parse), or None."""
+    spec = document.get("spec")
+    if not (isinstance(spec, Mapping) and spec.get("sla_search")):
+        return None
+    try:
+        return rs.parse_spec(dict(spec), stored=True)
+    except rs.SpecError:
+        return None
+
+
+def _identity(m: Mapping[str, Any]) -> tuple[str, str, int]:
+    key = str((m.get("point") or {}).get("key") or "")
+    return str(m.get("backend") or ""), key, int(m.get("repeat") or 0)
+
+
 def backend_label(kind: str, name: str, kinds: Mapping[str, int]) -> str:
     """How a run's backend is matched across runs: its kind when the run has one backend
     of that kind, else its name (``kinds``: the run's backend count per kind)."""
@@ -156,9 +177,11 @@ def comparability(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> tupl
     ``runners.fingerprint``; a spec that does not parse falls back to the documents'
     ``fingerprint`` fields."""
     try:
-        a = rf.components(rs.parse_spec(base.get("spec")), base.get("environment") or None)
+        a = rf.components(
+            rs.parse_spec(base.get("spec"), stored=True), base.get("environment") or None
+        )
         b = rf.components(
-            rs.parse_spec(candidate.get("spec")), candidate.get("environment") or None
+            rs.parse_spec(candidate.get("spec"), stored=True), candidate.get("environment") or None
         )
     except rs.SpecError:
         same = bool(base.get("fingerprint")) and base.get("fingerprint") == candidate.get(

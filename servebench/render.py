@@ -217,13 +217,14 @@ def results_table(document: Mapping[str, Any]) -> str:
 def sla_lines(document: Mapping[str, Any]) -> list[str]:
     """One line per SLA search of the result document (``runners.sla.summarize``):
     'SLA search on prod: 12.5 req/s at p99 TTFT <= 500 ms (converged, 6 of 8 points;
-    path 1 met, 64 missed, 8 met, ...)'."""
+    path 1 missed, 1 again met, 64 missed, 8 met, ...)'."""
     out = []
     for s in document.get("sla_searches") or []:
         if not isinstance(s, dict):
             continue
         path = ", ".join(
-            f"{step['value']:g} {'met' if step.get('passed') else 'missed'}"
+            f"{step['value']:g}{' again' if step.get('repeat') == 1 else ''} "
+            f"{'met' if step.get('passed') else 'missed'}"
             for step in s.get("path") or []
             if isinstance(step, dict) and isinstance(step.get("value"), int | float)
         )

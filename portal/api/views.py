@@ -213,7 +213,7 @@ class RunSpec(APIView):
     )
     def get(self, request: Request, public_id: str) -> Response:
         run = get_run_or_404(request.user, public_id)
-        spec = rs.parse_spec(run.spec)
+        spec = rs.parse_spec(run.spec, stored=True)
         fmt = request.accepted_renderer.format
         data: Any = (
             rs.dump_spec(spec, "yaml")

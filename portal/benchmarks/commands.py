@@ -19,6 +19,7 @@ from pathlib import Path
 
 from runners import sla
 from runners import spec as rs
+from runners import transformers_server as ts
 from runners.vllm_bench import bench_command, bench_flags
 from runners.vllm_server import HOST, serve_flags, server_env
 
@@ -36,8 +37,9 @@ _WILD = {
 
 def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
     """The commands the spec implies for one measurement: {'serve', 'bench'} for a vLLM
-    backend, {'bench'} for an endpoint (nothing is served), {'hf'} for the HF baseline;
-    {} when the spec has no such backend or point (an SLA search's points included)."""
+    backend or transformers serve, {'bench'} for an endpoint (nothing is served), {'hf'}
+    for an HF baseline; {} when the spec has no such backend or point (an SLA search's
+    points included)."""
     backend = next((b for b in spec.backends if b.name == backend_name), None)
     if isinstance(backend, rs.HFBackend):
         if point_key != "baseline":
@@ -46,7 +48,7 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
     if isinstance(backend, rs.HFBatchedBackend):  # a static batch per sweep point
         point = next((p for p in spec.points() if p.key == point_key), None)
         return {"hf": hf_command(spec, backend, point)} if point else {}
-    if not isinstance(backend, rs.VLLMBackend | rs.EndpointBackend):
+    if not isinstance(backend, rs.VLLMBackend | rs.EndpointBackend | rs.TransformersServeBackend):
         return {}
     point = next((p for p in spec.points() if p.key == point_key), None)
     value = sla.search_value(spec, point_key) if backend in spec.search_backends else None
@@ -57,9 +59,15 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
     if isinstance(backend, rs.EndpointBackend):
         flags = bench_flags(spec, point, backend.base_url, Path(_DIR) / _FILE, backend)
         return {"bench": bench_command(flags, backend)}
+    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE, backend)
+    if isinstance(backend, rs.TransformersServeBackend):
+        serve = ["transformers", "serve", ts.model_argument(spec), "--host", HOST, "--port", _PORT]
+        return {
+            "serve": shlex.join([*serve, *ts.serve_flags(spec, backend)]),
+            "bench": bench_command(flags, backend),
+        }
     env = [f"{k}={v}" for k, v in server_env(backend).items()]
     serve = [*env, "vllm", "serve", spec.model.id, "--host", HOST, "--port", _PORT]
-    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE, backend)
     return {
         "serve": shlex.join([*serve, *serve_flags(spec, backend)]),
         "bench": bench_command(flags, backend),

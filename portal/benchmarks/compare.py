@@ -129,7 +129,7 @@ def environment_fields(run: Run, snapshot: Mapping[str, Any] | None) -> dict[str
             out[label] = _text(value)
     out.setdefault("GPU", run.gpu_name or "—")
     try:
-        spec = rs.parse_spec(run.spec)
+        spec = rs.parse_spec(run.spec, stored=True)
     except rs.SpecError:
         return out
     out["Model"] = spec.model.id
@@ -420,7 +420,7 @@ def judge(
 
 def _fingerprint_parts(run: Run, environment: Environment | None) -> dict[str, Any] | None:
     try:
-        spec = rs.parse_spec(run.spec)
+        spec = rs.parse_spec(run.spec, stored=True)
     except rs.SpecError:
         return None
     return rf.components(spec, environment.snapshot if environment else None)
@@ -442,14 +442,15 @@ def compare(
         .order_by("run_id", "backend", "sweep", "value", "repeat", "id")
     )
     environments = {e.run_id: e for e in Environment.objects.filter(run_id__in=pks)}
-    slos = {r.pk: pts.spec_slo(r.spec) for r in ordered}
+    specs = {r.pk: pts.stored_spec(r.spec) for r in ordered}  # each parsed once
+    slos = {pk: pts.spec_slo(spec) for pk, spec in specs.items()}
     by_run: dict[int, list[Measurement]] = defaultdict(list)
     for m in measurements:
         by_run[m.run_id].append(m)
     extra = pts.goodput_extra(measurements, lambda m: slos.get(m.run_id))
     columns = []
     for run in ordered:
-        rows = by_run.get(run.pk, [])
+        rows = pts.without_superseded(specs[run.pk], by_run.get(run.pk, []))
         results = pts.RunResults(
             pts.aggregate(rows, extra), slos.get(run.pk), [], pts.spec_sweeps(run.spec)
         )

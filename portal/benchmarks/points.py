@@ -30,6 +30,7 @@ from django.conf import settings
 
 from portal.benchmarks import goodput, queries, samples
 from portal.benchmarks.models import Measurement, Run
+from runners import sla
 from runners import spec as rs
 from servebench import stats
 from servebench.verdict import judged_metric
@@ -261,8 +262,10 @@ class Series:
 
 
 # Baselines measured once, at their "baseline" point (a reference line on charts);
-# hf-batched is measured at every sweep point, so it is a series like a server.
+# hf-batched and transformers serve are measured at every sweep point, so each is a series
+# like a server; the headline's speedups are against each of them at the same point.
 BASELINE_KINDS = ("hf-sequential", "hf-static-cache")
+POINT_BASELINE_KINDS = ("hf-batched", "transformers-serve")
 HF_KINDS = (*BASELINE_KINDS, "hf-batched")
 
 
@@ -284,7 +287,11 @@ class RunResults:
 
     @property
     def baselines(self) -> dict[str, PointStats]:
-        return {p.backend: p for p in self.points if p.backend_kind in BASELINE_KINDS and p.ok}
+        """The single-point baselines, the reference first (hf-sequential when the run
+        has one), then the others in point order."""
+        found = [p for p in self.points if p.backend_kind in BASELINE_KINDS and p.ok]
+        found.sort(key=lambda p: p.backend_kind != "hf-sequential")  # stable
+        return {p.backend: p for p in found}
 
     def series(self) -> list[Series]:
         if self._series is None:
@@ -311,9 +318,18 @@ class RunResults:
     def sweeps(self) -> list[str]:
         return list(dict.fromkeys(s.sweep for s in self.series()))
 
+    @property
+    def reference(self) -> PointStats | None:
+        """The baseline that the headline speedup, the summary's Speedup column and the
+        throughput chart's "Nx" labels are over: the sequential loop (``hf-sequential``)
+        when the run has one, else its first other single-point baseline. Every label
+        names it (``reference.backend``): a speedup over a compiled static-cache loop must
+        never read as one over the sequential loop."""
+        return next(iter(self.baselines.values()), None)
+
     def speedup(self, point: PointStats, key: str = "output_throughput") -> float | None:
-        """The point's ``key`` over the (first) HF baseline's, when both exist."""
-        base = next(iter(self.baselines.values()), None)
+        """The point's ``key`` over the reference baseline's, when both exist."""
+        base = self.reference
         ref = base.get(key) if base else None
         value = point.get(key)
         if not ref or value is None or point.backend_kind in BASELINE_KINDS:
@@ -322,14 +338,15 @@ class RunResults:
 
     def speedups(self, point: PointStats, key: str = "output_throughput") -> list[dict]:
         """The point's ``key`` over every Hugging Face baseline's: each single-point
-        baseline, and hf-batched at the same sweep point (batch = its concurrency)."""
+        baseline, and hf-batched (batch = its concurrency) and transformers serve at the
+        same sweep point."""
         value = point.get(key)
         if value is None:
             return []
         refs = list(self.baselines.values()) + [
             p
             for p in self.points
-            if p.backend_kind == "hf-batched" and p.ok and p.point_key == point.point_key
+            if p.backend_kind in POINT_BASELINE_KINDS and p.ok and p.point_key == point.point_key
         ]
         return [
             {"backend": p.backend, "kind": p.backend_kind, "speedup": value / p.get(key)}
@@ -408,13 +425,17 @@ def spec_sweeps(spec: Mapping[str, Any]) -> list[str]:
     return [str(s.get("name")) for s in spec.get("sweeps") or [] if isinstance(s, Mapping)]
 
 
-def spec_slo(spec: Mapping[str, Any]) -> dict[str, float] | None:
-    """The run's SLO as {ttft_ms, tpot_ms, e2el_ms} (given ones only), or None."""
+def stored_spec(spec: Mapping[str, Any]) -> rs.Spec | None:
+    """A run's stored spec, parsed as stored (``parse_spec(stored=True)``), or None."""
     try:
-        parsed = rs.parse_spec(dict(spec))
+        return rs.parse_spec(dict(spec), stored=True)
     except rs.SpecError:
         return None
-    return parsed.slo.model_dump(exclude_none=True) if parsed.slo else None
+
+
+def spec_slo(parsed: rs.Spec | None) -> dict[str, float] | None:
+    """The run's SLO as {ttft_ms, tpot_ms, e2el_ms} (given ones only), or None."""
+    return parsed.slo.model_dump(exclude_none=True) if parsed and parsed.slo else None
 
 
 def detail_arrays(measurement_ids: list[int]) -> dict[int, dict[str, Any]]:
@@ -448,10 +469,17 @@ def goodput_extra(
     return extra
 
 
+def without_superseded(spec: rs.Spec | None, measurements: list[Any]) -> list[Any]:
+    """``measurements`` less the SLA search measurements a confirmation replaced
+    (``runners.sla.superseded``): a point's numbers are its confirmation's."""
+    return sla.without_superseded(spec, measurements, lambda m: (m.backend, m.point_key, m.repeat))
+
+
 def run_results(run: Run) -> RunResults:
     """A run's points (one query; two with an SLO whose goodput must be computed)."""
-    measurements = list(queries.run_measurements(run))
-    slo = spec_slo(run.spec)
+    parsed = stored_spec(run.spec)  # once, for the SLO and the SLA search
+    measurements = without_superseded(parsed, list(queries.run_measurements(run)))
+    slo = spec_slo(parsed)
     extra = goodput_extra(measurements, lambda m: slo)
     server = [m.server_metrics for m in measurements if isinstance(m.server_metrics, dict)]
     return RunResults(aggregate(measurements, extra), slo, server, spec_sweeps(run.spec))

@@ -109,9 +109,9 @@ def in_hub_cache(repo_id: str, revision: str | None = None, file: str = "config.
 
 
 def _needs_machine(spec: rs.Spec) -> bool:
-    """Whether the runner loads the model itself (HF baseline or a vLLM server), rather than
-    only measuring an endpoint that is already deployed."""
-    return bool(spec.hf_backends or spec.batched_backends or spec.vllm_backends)
+    """Whether the runner loads the model itself (an HF baseline, a vLLM server, transformers
+    serve), rather than only measuring an endpoint that is already deployed."""
+    return spec.loads_model
 
 
 def _gpus(spec: rs.Spec) -> list[Finding]:

@@ -363,7 +363,7 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
     """The measurement as the run's spec says it is, or IngestRefused: its backend,
     point and repeat must be ones the spec has (the point's workload is taken from the
     spec, not the runner), names must fit their columns, text is capped."""
-    spec = rs.parse_spec(run.spec)
+    spec = rs.parse_spec(run.spec, stored=True)
     backend = next((b for b in spec.backends if b.name == m.backend), None)
     if backend is None:
         names = ", ".join(b.name for b in spec.backends)
@@ -374,15 +374,16 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
         raise IngestRefused(
             "backend_kind", f"backend {backend.name!r} is {backend.kind!r}, not {m.backend_kind!r}"
         )
-    if not 0 <= m.repeat < spec.repeats:
-        raise IngestRefused(
-            "repeat", f"the run's spec has repeats 0..{spec.repeats - 1}, not {m.repeat}"
-        )
     if isinstance(backend, rs.HFBackend):
         points = {"baseline": rs.hf_point(spec, backend)}
     else:
         points = {p.key: p for p in spec.points()}
-    point = points.get(m.point.key) or _search_point(run, spec, backend, m)
+    point = points.get(m.point.key)
+    if point is not None and not 0 <= m.repeat < spec.repeats:
+        raise IngestRefused(
+            "repeat", f"the run's spec has repeats 0..{spec.repeats - 1}, not {m.repeat}"
+        )
+    point = point or _search_point(run, spec, backend, m)
     if point is None:
         known = ", ".join(list(points)[:8])
         raise IngestRefused(
@@ -411,16 +412,37 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
 
 def _search_point(run: Run, spec: rs.Spec, backend: Any, m: rr.Measurement) -> rs.Point | None:
     """The SLA search point a measurement claims to be (``runners.sla``): a load within
-    the search's range, on a searched backend, repeat 0, within its point budget."""
+    the search's range, on a searched backend, within its point budget; repeat 0, or 1
+    for a load measured again after it missed the SLO at 0 (``confirm``; which misses
+    the runner confirms is its call: a runner may hold the spec as it was before
+    ``confirm`` existed)."""
     search = spec.sla_search
     value = sla.search_value(spec, m.point.key)
     if search is None or value is None or backend not in spec.search_backends:
         return None
-    if m.repeat != 0:
-        raise IngestRefused("repeat", "an SLA search measures each load once: repeat 0")
+    if m.repeat not in (0, 1):
+        raise IngestRefused(
+            "repeat",
+            f"an SLA search measures a load at repeat 0, and a load that missed the SLO once "
+            f"more at repeat 1 (its confirm), not at {m.repeat}",
+        )
+    if m.repeat == 1:
+        first = (
+            Measurement.objects.filter(
+                run=run, backend=backend.name, point_key=m.point.key, repeat=0
+            )
+            .values_list("status", "metrics")
+            .first()
+        )
+        if first is None or sla.judge(search, first[0], first[1] or {})[0]:
+            raise IngestRefused(
+                "repeat",
+                "an SLA search measures a load again (repeat 1) only after it missed the "
+                "SLO at repeat 0",
+            )
     used = (
         Measurement.objects.filter(run=run, backend=backend.name, sweep=search.name)
-        .exclude(point_key=m.point.key)
+        .exclude(point_key=m.point.key, repeat=m.repeat)
         .count()
     )
     if used >= search.max_points:
@@ -451,7 +473,7 @@ def _search_rows(run: Run) -> list[dict[str, Any]]:
 def expected_measurements(run: Run, spec: rs.Spec | None = None) -> int:
     """How many measurements the run has when complete: the spec's, less the points an
     SLA search that finished early did not need (``runners.sla.expected_measurements``)."""
-    spec = spec or rs.parse_spec(run.spec)
+    spec = spec or rs.parse_spec(run.spec, stored=True)
     if spec.sla_search is None:
         return run.progress_total or spec.total_measurements()
     return sla.expected_measurements(spec, _search_rows(run))
@@ -459,7 +481,7 @@ def expected_measurements(run: Run, spec: rs.Spec | None = None) -> int:
 
 def sla_searches(run: Run, spec: rs.Spec | None = None) -> list[dict[str, Any]]:
     """The run's SLA search answers and paths (``runners.sla.summarize``)."""
-    spec = spec or rs.parse_spec(run.spec)
+    spec = spec or rs.parse_spec(run.spec, stored=True)
     if spec.sla_search is None:
         return []
     return sla.summarize(spec, _search_rows(run))
@@ -577,7 +599,7 @@ def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> E
     ``fingerprint`` (the runner's own) only serves to notice a runner that differs.
     """
     columns = environment_columns(snapshot)
-    spec = rs.parse_spec(run.spec)
+    spec = rs.parse_spec(run.spec, stored=True)
     comparable = spec_fingerprint(spec, snapshot)
     if fingerprint and fingerprint != comparable:
         log.debug("run %s: the runner's fingerprint differs from the portal's", run.short_id)

@@ -151,3 +151,27 @@ def broker(value: str, name: str = "REDIS_URL") -> str:
     if parts.scheme == "redis+socket" and not parts.path:
         raise ImproperlyConfigured(f"{name}: redis+socket:// needs the socket's path")
     return value
+
+
+_SSL_CERT_REQS = {"CERT_REQUIRED": "required", "CERT_OPTIONAL": "optional", "CERT_NONE": "none"}
+
+
+def cache_location(broker_url: str, name: str = "REDIS_URL") -> str:
+    """The URL redis-py (Django's Redis cache) takes for a broker URL (``broker``):
+    redis+socket:///p?virtual_host=N becomes unix:///p?db=N; kombu's ssl_cert_reqs
+    spellings (CERT_REQUIRED...) become redis-py's (required...). Other options pass."""
+    parts = urlsplit(broker_url)
+    query = []
+    for key, values in parse_qs(parts.query, keep_blank_values=True).items():
+        for value in values:
+            if key == "virtual_host":
+                if not value.strip("/").isdigit():
+                    raise ImproperlyConfigured(f"{name}: virtual_host must be a database number")
+                key, value = "db", value.strip("/")
+            elif key == "ssl_cert_reqs":
+                value = _SSL_CERT_REQS.get(value.upper(), value)
+            query.append(f"{key}={value}")
+    tail = f"?{'&'.join(query)}" if query else ""
+    if parts.scheme == "redis+socket":
+        return f"unix://{parts.path}{tail}"
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{tail}"

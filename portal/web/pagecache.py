@@ -3,7 +3,10 @@
 A finished run cannot change: no measurement, event or environment is accepted after
 it ends. So the run page's figures, tables and rendered fragments of a finished run,
 the compare page of finished runs and the history of a series are kept in the
-``pages`` cache (settings: a per-process memory cache, bounded) and reused.
+``pages`` cache and reused: by default a per-process memory cache, bounded; with
+``SERVEBENCH_PAGE_CACHE=redis`` (the Helm chart, ``make run``) one cache in Redis that
+every web process shares (``SharedPages``), and a run's page is built into it when its
+runner reports the end (``run_page.warm``), so even a reader's first visit is served warm.
 
 Every key carries the stamps of what the value depends on, so there is nothing to
 delete by hand: a run's ``updated_at``, which each write that can still touch a finished
@@ -17,11 +20,15 @@ Unfinished runs are never cached: their pages are rebuilt on every request.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache
+
+log = logging.getLogger(__name__)
 
 ALIAS = "pages"
 VERSION = 1
@@ -52,13 +59,41 @@ def get_or_build(cache_key: str | None, build: Callable[[], T]) -> T:
     if cache_key is None:
         return build()
     cache = caches[ALIAS]
-    found = cache.get(cache_key)
+    try:
+        found = cache.get(cache_key)
+    except Exception:  # a shared cache out of reach: the page is built, as if cold
+        log.warning("pages cache unreadable; building the page", exc_info=True)
+        return build()
     if found is not None:
         return found
     value = build()
-    cache.set(cache_key, value, TIMEOUT_SECONDS)
+    try:
+        cache.set(cache_key, value, TIMEOUT_SECONDS)
+    except Exception:  # full (maxmemory), or out of reach: the reader still gets the page
+        log.warning("pages cache unwritable; the page is served uncached", exc_info=True)
     return value
 
 
 def all_final(runs: Iterable[Any]) -> bool:
     return all(run.is_final for run in runs)
+
+
+def shared() -> bool:
+    """Is the cache one that every web process reads (Redis), so warming it pays?"""
+    return isinstance(caches[ALIAS], RedisCache)
+
+
+class SharedPages(RedisCache):
+    """Django's Redis cache for the pages, in the database Celery's broker uses: its
+    ``clear`` deletes the pages' own keys (its KEY_PREFIX), never the whole database."""
+
+    def clear(self) -> None:
+        client = self._cache.get_client(None, write=True)
+        batch: list[Any] = []
+        for found in client.scan_iter(match=f"{self.key_prefix}:*", count=1000):
+            batch.append(found)
+            if len(batch) >= 1000:
+                client.delete(*batch)
+                batch.clear()
+        if batch:
+            client.delete(*batch)

@@ -36,9 +36,10 @@ def summary(results: RunResults) -> dict[str, Any]:
             "p99_ttft_ms": best.get("p99_ttft_ms"),
             "point": best,
         }
-    base = next(iter(results.baselines.values()), None)
+    base = results.reference
     if base is not None and base.get("output_throughput"):
         out["hf_output_throughput"] = base.get("output_throughput")
+        out["reference"] = base.backend  # what "the HF baseline" is on this page
     if "best" in out and out.get("hf_output_throughput"):
         out["speedup"] = out["best"]["output_throughput"] / out["hf_output_throughput"]
     if "best" in out:  # "vLLM at c=64: 41x hf-sequential, 3.2x hf-batched"
@@ -67,14 +68,14 @@ def headline_noise(
     rough, remedies = [], []
     for label, found, point in (
         ("the best output tok/s", best_noise, best["point"] if best else None),
-        ("the HF baseline's output tok/s", hf_noise, base),
+        (f"the {base.backend} baseline's output tok/s" if base else "", hf_noise, base),
     ):
         if point is None:
             continue
         if found is None:
             warn(
-                f"{label.capitalize()} was measured once without per-request samples: its "
-                "noise is unknown."
+                f"{label[:1].upper()}{label[1:]} was measured once without per-request "
+                "samples: its noise is unknown."
             )
         elif found.relative > limit:
             rough.append(f"{label} {found.describe()}")
@@ -91,7 +92,8 @@ def headline_noise(
         out["speedup_range"] = (low, high)
         if high / low > (1 + limit) ** 2:
             warn(
-                f"The speedup over the HF baseline could be anywhere from {low:.1f}x to "
+                f"The speedup over the {base.backend} baseline could be anywhere from "
+                f"{low:.1f}x to "
                 f"{high:.1f}x (the 95% intervals of both throughputs)."
             )
     if best and best_noise:
@@ -139,7 +141,7 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
         for backend, kind, point_key, repeat, cond in rows
     ]
     flagged = {(p["backend"], p["point_key"]) for p in points}
-    base = next(iter(results.baselines.values()), None)
+    base = results.reference
     best = (headline.get("best") or {}).get("point")
     return {
         "points": points,
@@ -224,7 +226,7 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
     per_point: dict[str, dict[str, str]] = {}
     hf: dict[str, str] = {}
     replaced: list[str] = []
-    spec = rs.parse_spec(run.spec)
+    spec = rs.parse_spec(run.spec, stored=True)
     rows = (
         Measurement.objects.filter(run=run, repeat=0)
         .order_by("backend", "sweep", "value")

@@ -204,7 +204,7 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "env_facts": presenters.environment_facts(snapshot),
         "snapshot": snapshot,
         "reproduce": presenters.reproduce_commands(run, snapshot),
-        "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec)),
+        "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec, stored=True)),
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py
@@ -213,11 +213,29 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
     return part
 
 
+def _key(run: Run, manager: bool) -> str | None:
+    return pagecache.key("run", run.public_id, run.updated_at, manager) if run.is_final else None
+
+
+def warm(run: Run) -> dict[str, Any]:
+    """Build the finished ``run``'s page parts into the pages cache, as its managers and
+    as everyone else see them, so the first reader of the page is served warm; the
+    managers' part is returned. Called when the runner reports the end, where the cache
+    is shared (``pagecache.shared``): a per-process cache would warm only the web process
+    that took the report."""
+    if not run.is_final:
+        raise ValueError(f"run {run.short_id} is {run.status}: only a finished page is kept")
+    parts = {
+        manager: pagecache.get_or_build(_key(run, manager), lambda m=manager: results_part(run, m))
+        for manager in (True, False)
+    }
+    return parts[True]
+
+
 def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
     """The run page's context (without request-specific URLs)."""
     manager = queries.may_manage(user, run)
-    key = pagecache.key("run", run.public_id, run.updated_at, manager) if run.is_final else None
-    part = pagecache.get_or_build(key, lambda: results_part(run, manager))
+    part = pagecache.get_or_build(_key(run, manager), lambda: results_part(run, manager))
     rerun_info = rerun_context(user, run)
     related = [rerun_info.get("original"), *rerun_info["reruns"]]
     compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]

@@ -47,6 +47,7 @@ def _search_view(search: dict[str, Any]) -> dict[str, Any]:
                 "values": [step["metrics"].get(k) for k in keys],
                 "reason": step["reason"],
                 "point_key": step["point_key"],
+                "again": step.get("repeat", 0) == 1,
             }
             for step in search["path"]
         ],
@@ -56,11 +57,14 @@ def _search_view(search: dict[str, Any]) -> dict[str, Any]:
 def _endpoint_notes(run: Run) -> list[str]:
     rows = Measurement.objects.filter(run=run, backend_kind="endpoint").order_by("id")
     notes = []
-    for backend, point_key, raw in rows.values_list("backend", "point_key", "raw"):
+    for backend, point_key, repeat, raw in rows.values_list(
+        "backend", "point_key", "repeat", "raw"
+    ):
         facts = (raw or {}).get("servebench") if isinstance(raw, dict) else None
         if isinstance(facts, dict) and facts.get("output_len") == "not forced":
+            where = f"{point_key} (repeat {repeat})" if repeat else point_key
             notes.append(
-                f"{backend} {point_key}: {facts.get('short_responses', '?')} of "
+                f"{backend} {where}: {facts.get('short_responses', '?')} of "
                 f"{facts.get('responses', '?')} responses ended before "
                 f"{facts.get('requested_output_len', '?')} tokens"
             )
@@ -98,7 +102,7 @@ def section(run: Run) -> dict[str, Any] | None:
     """What ``_sla_search.html`` shows for ``run``, or None when it has neither an SLA
     search nor an endpoint backend."""
     try:
-        spec = rs.parse_spec(run.spec)
+        spec = rs.parse_spec(run.spec, stored=True)
     except rs.SpecError:
         return None
     if spec.sla_search is None and not spec.endpoint_backends:

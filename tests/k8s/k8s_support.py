@@ -389,7 +389,7 @@ class Kubelet:
 
         return client.BatchV1Api(self.api_client)
 
-    def pod_of(self, job: str, timeout: float = 30, namespace: str | None = None) -> Any:
+    def pod_of(self, job: str, timeout: float = 90, namespace: str | None = None) -> Any:
         """The Pod the real Job controller created for Job ``job``."""
         ns = namespace or self.namespace
 
@@ -472,7 +472,7 @@ class Kubelet:
             }],
         })  # fmt: skip
 
-    def job_condition(self, job: str, timeout: float = 30, namespace: str | None = None) -> Any:
+    def job_condition(self, job: str, timeout: float = 90, namespace: str | None = None) -> Any:
         """Wait for the real Job controller to mark ``job`` Complete or Failed."""
         ns = namespace or self.namespace
 

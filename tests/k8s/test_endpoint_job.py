@@ -19,7 +19,7 @@ from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher, kubejob
 from runners import spec as rs
 
-pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(300)]
 
 IMAGE = "registry.example.com/servebench-runner:test"
 

@@ -30,7 +30,7 @@ from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher, kubejob
 from portal.dispatch.executors import ExecutorState, ExecutorUnavailable, get_executor
 
-pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(300)]
 
 IMAGE = "registry.example.com/servebench-runner:test"
 GPU_FULL = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
@@ -269,14 +269,14 @@ def test_a_finished_job_is_deleted_after_its_ttl_with_what_it_owned(
             return exc.status == 404
         return False
 
-    wait_for(gone, 30, "the TTL controller to delete the finished Job")
+    wait_for(gone, 90, "the TTL controller to delete the finished Job")
     wait_for(
         lambda: (
             not core.list_namespaced_secret(
                 ns, label_selector=f"servebench.dev/run={run.public_id}"
             ).items
         ),
-        30,
+        90,
         "the garbage collector to delete the Job's Secret",
     )
     assert status_of(run).state == ExecutorState.GONE
@@ -468,7 +468,7 @@ def test_cancel_deletes_the_job_with_its_pod_and_secret(k8s, make_run, kube_api,
             return exc.status == 404
         return False
 
-    wait_for(lambda: gone(batch.read_namespaced_job, name, ns), 30, "the Job to be deleted")
+    wait_for(lambda: gone(batch.read_namespaced_job, name, ns), 90, "the Job to be deleted")
     # Foreground: the Job went last, after the garbage collector deleted what it owned.
     assert core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items == []
     assert gone(core.read_namespaced_secret, name, ns)

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from portal.benchmarks.models import Run, RunStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
 IMAGE = "registry.example.com/servebench-runner:worker-test"
 
@@ -72,7 +72,7 @@ def test_a_worker_submits_jobs_and_beat_reconciles_them(
         run.refresh_from_db()
         return run.status == RunStatus.FAILED
 
-    wait_for(failed, 30, f"beat's reconcile to fail the run\n{worker.output()[-3000:]}")
+    wait_for(failed, 90, f"beat's reconcile to fail the run\n{worker.output()[-3000:]}")
     assert run.failure_reason.startswith(
         f"runner exited with code 2 (usage error or invalid spec) in Pod {pod.metadata.name} "
         "without reporting a result; last lines of its log:\ninvalid spec:\n"
@@ -95,7 +95,7 @@ def test_a_worker_submits_jobs_and_beat_reconciles_them(
             return exc.status == 404
         return False
 
-    wait_for(job_gone, 30, f"the stop task to delete the Job\n{worker.output()[-3000:]}")
+    wait_for(job_gone, 90, f"the stop task to delete the Job\n{worker.output()[-3000:]}")
     assert core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items == []
     second.refresh_from_db()
     assert second.status == RunStatus.CANCELLED

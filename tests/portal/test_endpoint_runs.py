@@ -234,9 +234,21 @@ def test_search_points_the_search_could_not_have_made_are_refused(searching):
     outside["point"]["key"] = "sla:request_rate=65"
     response = post(runner, run, "measurements", outside)
     assert response.status_code == 400 and response.json()["error"]["field"] == "point.key"
-    repeated = body(spec, rs.search_point(spec, 1), 100.0, repeat=1)
-    assert post(runner, run, "measurements", repeated).status_code == 400
-    for value in (1, 2, 3, 4, 5, 6, 8, 16, 32, 64):  # the whole budget
+    low = rs.search_point(spec, 1)
+    response = post(runner, run, "measurements", body(spec, low, 100.0, repeat=1))
+    assert response.status_code == 400, "nothing to measure again yet"
+    assert response.json()["error"]["field"] == "repeat"
+    # The low end missed (a stall): the search measures it again, once.
+    assert post(runner, run, "measurements", body(spec, low, 3100.0)).status_code == 201
+    assert post(runner, run, "measurements", body(spec, low, 100.0, repeat=1)).status_code == 201
+    response = post(runner, run, "measurements", body(spec, low, 100.0, repeat=2))
+    assert response.status_code == 400
+    assert "once more at repeat 1" in response.json()["error"]["message"]
+    top = rs.search_point(spec, 64)
+    response = post(runner, run, "measurements", body(spec, top, 100.0, repeat=1))
+    assert response.status_code == 400 and response.json()["error"]["field"] == "repeat"
+    assert post(runner, run, "measurements", body(spec, top, 9000.0)).status_code == 201
+    for value in (2, 3, 4, 5, 6, 8, 16):  # the rest of the budget: the repeat counts
         data = body(spec, rs.search_point(spec, value), 1.0)
         assert post(runner, run, "measurements", data).status_code == 201
     one_more = body(spec, rs.search_point(spec, 48), 100.0)
@@ -273,3 +285,25 @@ def test_the_page_shows_the_commands_the_runner_ran_for_endpoints_and_searches()
             "replaced": [],
         }
         assert "serve" not in commands.implied(spec, "prod", point.key)
+
+
+def test_a_confirmed_load_shows_the_confirmations_numbers_not_a_mean_with_the_stall(searching):
+    """The low end stalled (3,100 ms), then met the SLO measured again (100 ms): its row,
+    charts, exports and compare's verdicts read 100 ms over one measurement, as the
+    search's verdict does; the stall stays stored and in the search's path."""
+    from portal.benchmarks import points as pts
+    from servebench import compare as sc
+
+    run, runner = searching
+    spec = rs.parse_spec(run.spec)
+    low = rs.search_point(spec, 1)
+    assert post(runner, run, "measurements", body(spec, low, 3100.0)).status_code == 201
+    assert post(runner, run, "measurements", body(spec, low, 100.0, repeat=1)).status_code == 201
+    (point,) = [p for p in pts.run_results(run).points if p.point_key == low.key]
+    assert (point.repeats, point.mean["p99_ttft_ms"], point.failed) == (1, 100.0, 0)
+    (search,) = services.sla_searches(run)
+    assert [s["metrics"]["p99_ttft_ms"] for s in search["path"]] == [3100.0, 100.0]
+    document = services.result_document(run)
+    assert len(document["measurements"]) == 2  # both stay in the result document
+    (side,) = [p.side for k, p in sc.points_of(document).items() if k[1] == low.key]
+    assert [m["p99_ttft_ms"] for m in side.metrics] == [100.0]

@@ -88,15 +88,16 @@ def test_database_urls_tcp_and_unix_socket():
     assert env.broker("redis+socket:///tmp/r.sock") == "redis+socket:///tmp/r.sock"
 
 
+SHOW_KEY = "import django; django.setup(); from django.conf import settings; " + (
+    "print(settings.SECRET_KEY[:4])"
+)
+
+
 def _settings_in_subprocess(
-    extra: dict[str, str], drop: tuple[str, ...] = ()
+    extra: dict[str, str], drop: tuple[str, ...] = (), code: str = SHOW_KEY
 ) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in drop}
     environ.update(extra)
-    code = (
-        "import django; django.setup(); "
-        "from django.conf import settings; print(settings.SECRET_KEY[:4])"
-    )
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -131,3 +132,39 @@ def test_a_typo_in_an_executor_name_fails_at_startup():
     result = _settings_in_subprocess({"SERVEBENCH_EXECUTOR": "kubernets"})
     assert result.returncode != 0
     assert "SERVEBENCH_EXECUTOR='kubernets' is not one of: local, kubernetes" in result.stderr
+
+
+def test_the_shared_page_cache_reaches_an_embedded_redis_on_its_socket(tmp_path):
+    """`make run` sets SERVEBENCH_PAGE_CACHE=redis with the embedded Redis's
+    redis+socket:// URL: the pages cache reaches it, and its clear() leaves the broker's
+    keys alone (they share the database)."""
+    from portal import devservices
+
+    assert env.cache_location("redis+socket:///run/r.sock") == "unix:///run/r.sock"
+    assert env.cache_location("redis://h:6379/3") == "redis://h:6379/3"
+    # kombu's spellings of what redis-py spells otherwise (a broker URL that works must
+    # not give the pages cache a URL redis-py refuses).
+    assert env.cache_location("redis+socket:///r.sock?virtual_host=3") == "unix:///r.sock?db=3"
+    assert env.cache_location("rediss://:pw@h:6380/0?ssl_cert_reqs=CERT_REQUIRED") == (
+        "rediss://:pw@h:6380/0?ssl_cert_reqs=required"
+    )
+    with pytest.raises(ImproperlyConfigured, match="virtual_host must be a database number"):
+        env.cache_location("redis+socket:///r.sock?virtual_host=x")
+    home = tmp_path / "home"
+    url = devservices.start_redis(home)
+    try:
+        code = (
+            "import django; django.setup(); import redis; "
+            "from django.core.cache import caches; from portal.web import pagecache; "
+            "c = caches['pages']; c.set('page', {'a': 1}); "
+            "r = redis.Redis(unix_socket_path=c._servers[0][len('unix://'):]); "
+            "r.set('broker-key', 1); ok = c.get('page') == {'a': 1}; c.clear(); "
+            "print(pagecache.shared(), ok, c.get('page'), r.get('broker-key'))"
+        )
+        result = _settings_in_subprocess(
+            {"REDIS_URL": url, "SERVEBENCH_PAGE_CACHE": "redis"}, code=code
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["True", "True", "None", "b'1'"]
+    finally:
+        devservices.stop_redis(home)

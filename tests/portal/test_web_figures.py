@@ -151,6 +151,11 @@ def test_the_pareto_front_keeps_only_undominated_points(results):
     assert points["text"] == ["c=1", "c=4", "c=16"]  # far apart: every one labelled
     assert front["x"] == [50.0, 300.0] and front["y"] == [120.0, 900.0]
     assert fig["layout"]["shapes"][0]["x0"] == 350
+    # The budget's label sits left of its line, in the corner no curve reaches; beside
+    # the axis (points out to 400 ms, budget 20 ms) it goes right, or it leaves the plot.
+    assert fig["layout"]["annotations"][0]["xanchor"] == "right"
+    near_axis = figures.pareto_figure("concurrency", results, budget_ms=20)
+    assert near_axis["layout"]["annotations"][0]["xanchor"] == "left"
     assert figures.pareto_figure("prompt-length", results) is None  # not a load sweep
 
 

@@ -62,7 +62,7 @@ def test_repeats_show_their_spread_and_a_wide_one_is_a_warning(make_user: Any) -
     # a gate calls a change, so the page says a difference that small is not one.
     assert hf.relative > 0.05
     assert any(
-        "Known only roughly" in w and "the HF baseline's output tok/s ±" in w
+        "Known only roughly" in w and "the hf-sequential baseline's output tok/s ±" in w
         for w in summary["noise_warnings"]
     )
     low, high = summary["speedup_range"]

@@ -380,3 +380,106 @@ def test_the_budget_box_starts_from_the_slo_or_the_median(make_user: Any) -> Non
     page = signed_in(owner).get(plain.get_absolute_url())
     assert page.context["budget_source"] == "the median p99 TTFT of the measured load points"
     assert page.context["budget_ms"] and page.context["budget_best"]
+
+
+@pytest.fixture
+def shared_pages(settings: Any) -> Any:
+    """The pages cache in Redis (SERVEBENCH_PAGE_CACHE=redis), under a prefix of this
+    test's own, emptied afterwards (only its keys: the broker shares the database)."""
+    import uuid
+
+    from django.core.cache import caches
+
+    from portal.lib import env
+
+    settings.CACHES = {
+        **settings.CACHES,
+        "pages": {
+            "BACKEND": "portal.web.pagecache.SharedPages",
+            "LOCATION": env.cache_location(settings.REDIS_URL),
+            "KEY_PREFIX": f"servebench-pages-test-{uuid.uuid4().hex[:12]}",
+        },
+    }
+    yield caches["pages"]
+    caches["pages"].clear()
+
+
+def test_with_a_shared_cache_the_first_reader_gets_the_page_the_runner_warmed(
+    make_user: Any, shared_pages: Any, bearer_client: Any
+) -> None:
+    """The runner's "finished" report builds the page, and the history it links to, into
+    Redis, where every web process reads them: the owner's and a visitor's first visits
+    read neither measurements nor samples, and show what a page built on the spot shows."""
+    import redis
+
+    from portal.accounts.models import ApiToken
+    from portal.accounts.tokens import issue_token
+    from portal.web import pagecache
+
+    assert pagecache.shared()
+    run = webdata.make_sweep_run(make_user("alice"), [1, 4, 16], public=True, finish=False)
+    token = issue_token(run.owner, kind=ApiToken.Kind.RUN, run=run).plaintext
+    finished = {"type": "finished", "status": "succeeded", "errors": []}
+    response = bearer_client(token).post(
+        f"/api/v1/runner/runs/{run.public_id}/events", finished, content_type="application/json"
+    )
+    assert response.json()["run_status"] == "succeeded"
+    client = redis.Redis.from_url(shared_pages._servers[0])
+    # The page as its managers and as everyone else see it; the history, as its owner and
+    # (a public run) as a visitor see it.
+    assert len(list(client.scan_iter(match=f"{shared_pages.key_prefix}:*"))) == 4
+
+    owner = signed_in(run.owner)
+    warm, warm_queries = page_queries(owner, run.get_absolute_url())
+    history_url = warm.context["history_url"]
+    _, reader_queries = page_queries(Client(), run.get_absolute_url())
+    warm_history, warm_history_queries = page_queries(owner, history_url)
+    _, visitor_history_queries = page_queries(Client(), history_url)
+    shared_pages.clear()
+    assert list(client.scan_iter(match=f"{shared_pages.key_prefix}:*")) == []
+    cold, cold_queries = page_queries(owner, run.get_absolute_url())
+    cold_history, cold_history_queries = page_queries(owner, history_url)
+    assert warm_queries <= cold_queries - 4 and reader_queries <= cold_queries - 4
+    assert max(warm_history_queries, visitor_history_queries) < cold_history_queries
+    assert warm_history.context["body"] == cold_history.context["body"]
+    assert warm.context["fragments"] == cold.context["fragments"]
+    assert [f["id"] for f in warm.context["figures"]] == [f["id"] for f in cold.context["figures"]]
+
+
+def test_a_page_that_cannot_be_warmed_costs_the_runner_nothing(
+    make_user: Any, shared_pages: Any, bearer_client: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    from portal.accounts.models import ApiToken
+    from portal.accounts.tokens import issue_token
+    from portal.web import run_page
+
+    def broken(run: Run, manager: bool) -> dict[str, Any]:
+        raise RuntimeError("a figure could not be built")
+
+    monkeypatch.setattr(run_page, "results_part", broken)
+    run = webdata.make_sweep_run(make_user("alice"), [1, 4], finish=False)
+    token = issue_token(run.owner, kind=ApiToken.Kind.RUN, run=run).plaintext
+    finished = {"type": "finished", "status": "succeeded", "errors": []}
+    response = bearer_client(token).post(
+        f"/api/v1/runner/runs/{run.public_id}/events", finished, content_type="application/json"
+    )
+    assert response.status_code == 200 and response.json()["run_status"] == "succeeded"
+    assert "could not build the pages of run" in caplog.text
+
+
+def test_a_shared_cache_out_of_reach_costs_a_cold_page_not_an_error(
+    make_user: Any, settings: Any, caplog: Any
+) -> None:
+    """Redis down (or full): finished runs' pages are built as if cold, never a 500."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "pages": {
+            "BACKEND": "portal.web.pagecache.SharedPages",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+            "OPTIONS": {"socket_connect_timeout": 0.5},
+        },
+    }
+    run = webdata.make_sweep_run(make_user("alice"), [1, 4], public=True)
+    response = Client().get(run.get_absolute_url())
+    assert response.status_code == 200 and response.context["figures"]
+    assert "pages cache unreadable" in caplog.text

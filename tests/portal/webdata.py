@@ -296,3 +296,54 @@ def make_sweep_run(
         services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run
+
+
+BASELINES_CONCURRENCY = [1, 4]
+
+
+def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | None = None) -> Run:
+    """A finished run with every Hugging Face baseline beside vLLM: hf-sequential (40
+    tok/s) and hf-static-cache (80) at their own point; hf-batched (50 x c) and
+    transformers serve "ts-cb" (100 x c) at each concurrency, stored through the real
+    ingestion service. ``single``: other single-point baselines, (name, kind, tok/s)."""
+    single = single or (
+        ("hf-sequential", "hf-sequential", 40.0),
+        ("hf-static-cache", "hf-static-cache", 80.0),
+    )
+    options = {"hf-sequential": {}, "hf-static-cache": {"compile_backend": "aot_eager"}}
+    spec = sweep_spec(BASELINES_CONCURRENCY, name="every HF baseline")
+    spec["backends"] = [
+        *(
+            {"kind": kind, "name": name, "num_prompts": 4} | options[kind]
+            for name, kind, _ in single
+        ),
+        {"kind": "hf-batched"},
+        {"kind": "transformers-serve", "name": "ts-cb", "cb_num_blocks": 64},
+        {"kind": "vllm"},
+    ]
+    run = services.create_run(owner, spec, "baselines")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run.refresh_from_db()
+    services.store_environment(run, snapshot(), "f" * 64)
+    for name, kind, throughput in single:
+        m = hf_measurement(throughput)
+        update = {"backend": name, "backend_kind": kind, "commands": {}}
+        services.ingest_measurement(run, m.model_copy(update=update))
+    base, rng = recording(), random.Random(1)
+    for c in BASELINES_CONCURRENCY:
+        m = vllm_measurement("concurrency", "max_concurrency", c, scaled_point(base, c, rng))
+        services.ingest_measurement(run, m)
+        for backend, kind, per_request in (
+            ("hf-batched", "hf-batched", 50.0),
+            ("ts-cb", "transformers-serve", 100.0),
+        ):
+            update = {
+                "backend": backend,
+                "backend_kind": kind,
+                "metrics": {**m.metrics, "output_throughput": per_request * c},
+                "commands": {},
+            }
+            services.ingest_measurement(run, m.model_copy(update=update))
+    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    run.refresh_from_db()
+    return run

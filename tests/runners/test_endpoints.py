@@ -267,53 +267,74 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
 ):
     """The deployment runs at most 4 sequences. With 10 long requests, concurrency 4 never
     waits for a slot, while at 5 and above two of them wait for a whole wave of others to
-    finish: their TTFT is a request's end-to-end latency (~450 tokens: seconds). A p90
+    finish: their TTFT is a request's end-to-end latency (~960 tokens: seconds). A p90
     TTFT limit of half that latency, measured here and now at concurrency 4, lies between
     the two whatever this machine's pace (both scale with it), and seconds from either.
+
     The deployment streams every 32 tokens (first token at once) so its API server, which
-    shares a core with the client, keeps up; it still froze for ~3 s now and then here,
-    so the answer is measured again three times and must hold in two."""
+    shares a core with the client, keeps up; on a busy 2-core machine it still stalls for
+    seconds now and then, which only ever adds latency. Against that: the search measures
+    a missed low end again (``confirm: low``, the default; once a single stall made the
+    low end miss and the search end "below range"); a stall anywhere else only lowers the
+    answer by a step, which still converges and still holds; the answer is measured again
+    three times and must hold in two. What none of that survives is the machine's pace
+    changing between the calibration and the search (with a compiler running beside it,
+    p90 TTFT at concurrency 2 measured 1.6-2.1 s against a 0.9 s limit calibrated minutes
+    before): so a second attempt, calibrated afresh, is allowed, and every attempt's
+    numbers are in the failure message."""
     base = {
         "model": {"id": str(deployment.model), "max_model_len": 1024},
         "workload": {"input_len": 32, "output_len": 16, "num_prompts": 4, "num_warmups": 1},
         "backends": [deployment.endpoint("prod")],
     }
-    search = {
+    probe = {
         "axis": "max_concurrency",
         "slo": {"p90_ttft_ms": 1},
         "low": 2,
         "high": 6,
-        "fixed": {"output_len": 448, "num_prompts": 10},  # the search's own long requests
+        "fixed": {"output_len": 960, "num_prompts": 10},  # the search's own long requests
     }
-    probe_spec = parse_spec({**base, "sla_search": search})
+    probe_spec = parse_spec({**base, "sla_search": probe})
     (backend,) = probe_spec.endpoint_backends
     target = Endpoint(probe_spec, backend, KEY, tmp_path / "calibration.log")
-    (tmp_path / "calibration").mkdir()
-    (tmp_path / "again").mkdir()
-    point = search_point(probe_spec, MAX_SEQS)
-    wave = measure_point(target, probe_spec, backend, point, 0, tmp_path / "calibration")
-    assert wave.status == "succeeded", wave.error
-    limit = round(wave.metrics["median_e2el_ms"] / 2, 1)
 
-    search = {**search, "slo": {"p90_ttft_ms": limit}, "max_points": 6}
-    code, document = run({**base, "sla_search": search}, tmp_path)
-    assert code == ExitCode.OK, [m.error for m in document.measurements]
-    (result,) = document.sla_searches
-    assert result["finished"] and result["state"] == "converged", result
-    assert result["points_used"] <= 6 and len(document.measurements) == 1 + result["points_used"]
-    answer = result["answer"]
-    assert result["text"] == f"concurrency {answer:g} at p90 TTFT <= {limit:g} ms"
-    spec = parse_spec({**base, "sla_search": search})
-    assert document.sla_searches == sla.summarize(spec, document.measurements)
+    attempts: list[Any] = []
+    for attempt in range(2):
+        work = tmp_path / f"attempt-{attempt}"
+        (work / "calibration").mkdir(parents=True)
+        (work / "again").mkdir()
+        point = search_point(probe_spec, MAX_SEQS)
+        wave = measure_point(target, probe_spec, backend, point, 0, work / "calibration")
+        assert wave.status == "succeeded", wave.error
+        limit = round(wave.metrics["median_e2el_ms"] / 2, 1)
 
-    # Measured again, the answer meets the SLO: in two of three measurements, as a
-    # frozen API server (seconds, on this shared machine) can hold up one of them.
-    verdicts = []
-    for repeat in range(3):
-        again = measure_point(
-            target, spec, backend, search_point(spec, answer), repeat, tmp_path / "again"
-        )
-        verdicts.append(sla.judge(spec.sla_search, again.status, again.metrics))
-        if sum(met for met, _ in verdicts) == 2:
+        search = {**probe, "slo": {"p90_ttft_ms": limit}, "max_points": 6}
+        code, document = run({**base, "sla_search": search}, work)
+        assert code == ExitCode.OK, [m.error for m in document.measurements]
+        (result,) = document.sla_searches
+        # What holds at any pace: the budget, the path, the words, one answer everywhere.
+        assert result["finished"] and result["points_used"] <= 6
+        assert len(document.measurements) == 1 + result["points_used"]
+        spec = parse_spec({**base, "sla_search": search})
+        assert document.sla_searches == sla.summarize(spec, document.measurements)
+        answer = result["answer"]
+        verdicts: list[tuple[bool, str]] = []
+        attempts.append((limit, result["state"], answer, result["path"], verdicts))
+        if result["state"] != "converged":
+            continue
+        assert result["text"] == f"concurrency {answer:g} at p90 TTFT <= {limit:g} ms"
+
+        # Measured again, the answer meets the SLO: in two of three measurements, as a
+        # stall of this shared machine (seconds) can hold up one of them.
+        for repeat in range(3):
+            again = measure_point(
+                target, spec, backend, search_point(spec, answer), repeat, work / "again"
+            )
+            verdicts.append(sla.judge(spec.sla_search, again.status, again.metrics))
+            if sum(met for met, _ in verdicts) == 2:
+                break
+        if sum(met for met, _ in verdicts) >= 2:
             break
-    assert sum(met for met, _ in verdicts) >= 2, (verdicts, limit, result["path"])
+    _, state, _, _, verdicts = attempts[-1]
+    assert state == "converged", attempts
+    assert sum(met for met, _ in verdicts) >= 2, attempts

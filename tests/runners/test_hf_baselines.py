@@ -71,6 +71,52 @@ def test_static_cache_compiles_apart_from_the_measurement(static):
     assert "--compile-backend aot_eager" in static.command
 
 
+def test_static_cache_compiles_every_prompt_length_before_the_timed_loop(tiny_model, tmp_path):
+    # A custom prompt file: lengths vary, and a new shape can make torch.compile compile
+    # again. Every length the loop sends is compiled (untimed) before it, and the loop
+    # itself compiles nothing (its numbers hold no compile time).
+    words = [f"word{i}" for i in range(16)]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(
+        "".join(json.dumps({"prompt": " ".join(words[: 3 + 2 * i])}) + "\n" for i in range(5))
+    )
+    config = _config(tiny_model, prompts_file=str(path))
+    result = hb.run(hb.BaselineConfig("static-cache", config, compile_backend="aot_eager"))
+    lengths = result.detail["input_lens"]
+    assert len(set(lengths)) == PROMPTS  # the loop's prompts differ in length
+    assert set(lengths) <= set(result.raw["compiled_lengths"])
+    assert result.raw["warm_shapes_s"] > 0 and result.raw["compile_s"] > 0
+    assert result.raw["compiles_in_timed_loop"] == 0
+    assert result.detail["output_lens"] == [OUTPUT_LEN] * PROMPTS
+
+
+def test_the_compile_counter_counts_what_torch_compile_compiles():
+    # What fails a static-cache measurement whose timed loop compiled: dynamo's own
+    # compile callbacks, counted while entered and not after.
+    import torch
+
+    def f(x):
+        return torch.sin(x) + 1
+
+    compiled = torch.compile(f, backend="eager")
+    with hb._Compiles() as counter:
+        compiled(torch.ones(3))
+        compiled(torch.ones(3))  # the same shape: no new compilation
+    assert counter.count == 1
+    compiled(torch.ones(3, 5))  # a new shape compiles again, outside the counter
+    assert counter.count == 1
+    # A CUDA graph recording fires the same callbacks (inductor's reduce-overhead mode):
+    # not a compilation. Dispatched as torch dispatches it.
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
+
+    with hb._Compiles() as counter:
+        callback_handler.run_start_callbacks(
+            CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0")
+        )
+        callback_handler.run_start_callbacks(CallbackArgs(CallbackTrigger.DYNAMO, "1/0"))
+    assert counter.count == 1
+
+
 def test_the_baselines_send_the_sequential_loops_prompts(tiny_model):
     from runners import hf
 
@@ -133,3 +179,51 @@ def test_through_the_runner_every_baseline_is_a_measurement(tiny_model, tmp_path
     assert "runners.hf_baselines" in found["hf-batched", spec.points()[0].key]["commands"]["hf"]
     settings = doc["environment"]
     assert "hf-static-cache" in json.dumps(settings)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"sweeps": [{"name": "rate", "axis": "request_rate", "values": [1, 4]}]}, "sweeps.0.axis"),
+        ({"workload": {"request_rate": 4}}, "workload.request_rate"),
+        ({"workload": {"ramp_up": {"start_rps": 1, "end_rps": 4}}}, "workload.ramp_up"),
+        (
+            {
+                "sweeps": [
+                    {"name": "c", "axis": "max_concurrency", "values": [2, 4]},
+                    {
+                        "name": "len",
+                        "axis": "input_len",
+                        "values": [8],
+                        "fixed": {"request_rate": 2},
+                    },
+                ]
+            },
+            "sweeps.1.fixed.request_rate",
+        ),
+    ],
+    ids=["rate-sweep", "rate", "ramp-up", "fixed-rate"],
+)
+def test_hf_batched_under_a_request_rate_is_refused_naming_the_field(tiny_model, change, field):
+    # Static batches back to back cannot follow arrivals: under a rate its batch would be
+    # every prompt at once, beside servers that got them at that rate.
+    data = _spec(tiny_model)
+    data = {
+        **data,
+        **change,
+        "workload": {**data["workload"], **change.get("workload", {})},
+        "backends": [{"kind": "hf-batched"}, {"kind": "vllm"}],
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data)
+    first = caught.value.errors[0]
+    assert first["field"] == field, caught.value.errors
+    assert "hf-batched (backends.0)" in first["message"]
+    assert "remove the hf-batched backend" in first["message"]
+    # Without hf-batched the same traffic is a valid spec.
+    parse_spec({**data, "backends": [{"kind": "vllm"}]})
+    # A run stored before the rule keeps parsing, also where the spec rewrites itself
+    # (an assignment re-validates it without the parse's context).
+    stored = parse_spec(data, stored=True)
+    stored.name = "renamed"
+    assert [b.kind for b in stored.backends] == ["hf-batched", "vllm"]

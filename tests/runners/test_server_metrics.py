@@ -112,9 +112,18 @@ def metrics_server(request):
     server.http.server_close()
 
 
+def wait_scrapes(server, n: int) -> None:
+    """Until the server has answered ``n`` scrapes (a loaded machine is slow to start the
+    watcher's thread: a fixed sleep could end before the first sample)."""
+    deadline = time.monotonic() + 30
+    while server.scrapes < n:
+        assert time.monotonic() < deadline, f"{server.scrapes} scrapes in 30 s"
+        time.sleep(0.01)
+
+
 def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server):
     with PointWatcher(metrics_server.url, interval_s=0.05) as watcher:
-        time.sleep(0.5)
+        wait_scrapes(metrics_server, 6)
     result = watcher.result()
     n = metrics_server.scrapes  # one before, the samples (the last at exit), one after
     # A sample whose scrape timed out on a loaded machine is not counted, but the server
@@ -138,7 +147,7 @@ def test_an_unreachable_server_gives_empty_metrics_not_an_error():
 
 def test_the_time_series_keeps_every_sample_with_counters_since_the_start(metrics_server):
     with PointWatcher(metrics_server.url, interval_s=0.02) as watcher:
-        time.sleep(0.4)
+        wait_scrapes(metrics_server, 8)
     series = watcher.series()
     samples = watcher.result().samples
     # The scrape before the point opens the series; then one entry per sample.

@@ -113,7 +113,7 @@ BAD_SPECS = [
     (
         {"model": M, "backends": [VLLM, VLLM]},
         "backends.1.name",
-        "backend names must be unique: 'vllm' is used twice",
+        "backend names must be unique: 'vllm' is also backends.0's name",
     ),
     (
         {"model": M, "backends": [{**VLLM, "gpu_memory_utilization": 1.5}]},

@@ -148,6 +148,7 @@ ALLOWED_HOSTS: {{ join "," (concat (list (include "servebench.publicHost" .) (in
 SERVEBENCH_BEHIND_TLS_PROXY: {{ .Values.behindTlsProxy | quote }}
 SERVEBENCH_LOG_LEVEL: {{ .Values.logLevel | quote }}
 SERVEBENCH_QUEUE: {{ .Values.queue | quote }}
+SERVEBENCH_PAGE_CACHE: {{ .Values.pageCache | quote }}
 SERVEBENCH_HOME: "/tmp/servebench"
 SERVEBENCH_DATA_DIR: "/tmp/servebench/data"
 SERVEBENCH_SAMPLES_STORAGE: {{ .Values.samples.storage | quote }}

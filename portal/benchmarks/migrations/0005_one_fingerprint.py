@@ -38,7 +38,7 @@ def recompute(apps: Any, schema_editor: Any) -> None:
         changed = []
         for run in runs:
             try:
-                spec = rs.parse_spec(run.spec)
+                spec = rs.parse_spec(run.spec, stored=True)
             except rs.SpecError:
                 continue
             env = envs.get(run.pk)

@@ -20,7 +20,8 @@ dispatch stores it in the same update that claims the run: whatever dies when, r
 and cancel can always find the runner. ``submit`` adds ``pid`` / ``start_time`` of the
 process it started (a hint for cancel; liveness never depends on them).
 
-**Status** comes from the supervisor's files, not from pids: its lock held = running; an
+**Status** comes from the supervisor's files, not from pids: its lock held and
+``supervisor.json`` written = running (the lock alone: still starting); an
 ``exit_code`` = ended with that code; ``supervisor.json`` without an exit code = the
 supervisor was killed; none of them = nothing was started (``not-started``: the worker
 died between the claim and the start, and dispatch may safely start it now). ``submit``
@@ -338,6 +339,11 @@ class LocalExecutor(Executor):
         except (KeyError, TypeError):
             return ExecutorStatus(ExecutorState.GONE, reason="the run's handle has no work dir")
         if lock_held(workdir):
+            # The supervisor takes the lock, then records its start: between the two it
+            # is still starting, and if it is killed there the runner never ran (the run
+            # is dispatched again), so that moment is not yet "running".
+            if self._started(workdir) is None:
+                return ExecutorStatus(ExecutorState.PENDING, reason="the runner is starting")
             return ExecutorStatus(ExecutorState.RUNNING)
         code = self._exit_code(workdir)
         if code is not None:

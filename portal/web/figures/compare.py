@@ -104,11 +104,11 @@ def _overlay(
     if key == "output_throughput" and all_x:
         lo, hi = min(all_x), max(all_x)
         for i, column in enumerate(comparison.columns):
-            base = next(iter(column.results.baselines.values()), None)
+            base = column.results.reference
             ref = base.get(key) if base else None
             if ref:
                 line = reference(
-                    f"{run_name(comparison, i)} · HF baseline",
+                    f"{run_name(comparison, i)} · {base.backend}",
                     lo,
                     hi,
                     ref,
@@ -118,7 +118,7 @@ def _overlay(
                 line["legendgroup"] = f"run{i}"
                 line["showlegend"] = False  # its run's entry shows and hides it too
                 traces.append(line)
-                note = "dashed: each run's HF sequential baseline"
+                note = "dashed: each run's HF baseline (hf-sequential where it has one)"
     xs = sorted(all_x)
     fig_layout = layout(AXIS_TITLES.get(axis, axis), unit, log_x(xs, axis), xs)
     return figure(title, traces, fig_layout, note)

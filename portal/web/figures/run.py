@@ -114,7 +114,7 @@ def _stat_style(i: int, stat: str, several: bool) -> Style:
     return Style(style(i).colour, look.symbol, look.dash) if several else look
 
 
-# The reference lines of the baselines after the first (hf-static-cache, ...).
+# The reference lines of the baselines after the reference (hf-static-cache, ...).
 BASELINE_COLORS = ("#7c3aed", "#0f766e", "#b45309")
 
 
@@ -154,7 +154,7 @@ def throughput_figure(
             traces.append(
                 reference(name, all_x[0], all_x[-1], value, colour, f"%{{y:,.1f}} {unit}")
             )
-    base = baselines[0] if baselines else None  # the labels: times the first
+    base = results.reference  # the labels: times this one (baselines[0])
     ref = base.get(metric) if base is not None else None
     if base is not None and ref and all_x:
         labelled = [(x, y) for s in mine for x, y in zip(s.xs(), s.ys(metric), strict=True) if y]
@@ -351,8 +351,12 @@ def pareto_figure(
     fig_layout = layout("p99 time to first token (ms)", "Output tokens/s")
     if budget_ms:
         shape, note = vline(budget_ms, f"TTFT budget {budget_ms:,.0f} ms", GOOD_COLOR, "dash")
-        # Top left of the line: the corner a throughput-latency curve never reaches.
-        note["y"], note["yanchor"], note["xanchor"] = 0.98, "top", "right"
+        # Top left of the line: the corner a throughput-latency curve never reaches; top
+        # right when the line is near the axis (the label would leave the plot).
+        widest = max((x for t in traces for x in t.get("x") or [] if isinstance(x, int | float)),
+                     default=budget_ms)  # fmt: skip
+        side = "left" if budget_ms < 0.3 * max(widest, budget_ms) else "right"
+        note["y"], note["yanchor"], note["xanchor"] = 0.98, "top", side
         fig_layout["shapes"] = [shape]
         fig_layout["annotations"] = [note]
     fig_layout["xaxis"]["rangemode"] = "tozero"

@@ -44,25 +44,39 @@ def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[in
     return found["n"], found["last"], found["active"]
 
 
-@require_GET
-def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
-    metric = request.GET.get("metric") or "output_throughput"
-    point = request.GET.get("point") or None
-    backend = request.GET.get("backend") or None
-    if not hist.FINGERPRINT_RE.match(fingerprint or ""):
-        raise Http404("No run with this fingerprint that you can see.")
-    count, last, active = _stamp(request.user, fingerprint)
+def _key(
+    user: AbstractBaseUser | AnonymousUser,
+    fingerprint: str,
+    metric: str,
+    point: str | None,
+    backend: str | None,
+) -> str | None:
+    """The history's pages-cache key for this reader, None while a run of the series it
+    sees is in flight (not cached then); Http404 when it sees none."""
+    count, last, active = _stamp(user, fingerprint)
     if not count:
         raise Http404("No run with this fingerprint that you can see.")
-    key = None
-    if not active:
-        who = request.user.pk if request.user.is_authenticated else "anon"
-        key = pagecache.key("history", who, fingerprint, metric, point, backend, count, last)
+    if active:
+        return None
+    who = user.pk if user.is_authenticated else "anon"
+    return pagecache.key("history", who, fingerprint, metric, point, backend, count, last)
 
-    fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
+
+def _part(
+    user: AbstractBaseUser | AnonymousUser,
+    fingerprint: str,
+    metric: str,
+    point: str | None,
+    backend: str | None,
+    fresh: dict[str, Any],
+    key: str | None,
+) -> dict[str, Any]:
+    """The rendered history body, from the pages cache under ``key`` (``_key``); ``fresh``
+    gets the objects behind it when built here. Raises Http404 (no run the reader sees),
+    hist.HistoryError (a bad parameter)."""
 
     def build() -> dict[str, Any]:
-        fresh["history"] = hist.history(request.user, fingerprint, metric, point, backend)
+        fresh["history"] = hist.history(user, fingerprint, metric, point, backend)
         fresh["figures"] = [
             chart("history", "", "history", figures.history_figure(fresh["history"]))
         ]
@@ -71,9 +85,38 @@ def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
         }
 
     try:
-        part = pagecache.get_or_build(key, build)
+        return pagecache.get_or_build(key, build)
     except Run.DoesNotExist:
         raise Http404("No run with this fingerprint that you can see.") from None
+
+
+def warm(run: Run, point: str, backend: str) -> bool:
+    """Build the history the finished ``run``'s page links to (its series, output tok/s
+    at ``point`` on ``backend``) into the pages cache, as its owner and, for a public
+    run, as a visitor sees it; False when the series still has a run in flight (its
+    history is not cached then)."""
+    readers: list[AbstractBaseUser | AnonymousUser] = [run.owner]
+    if run.is_public:
+        readers.append(AnonymousUser())
+    for reader in readers:
+        key = _key(reader, run.fingerprint, "output_throughput", point, backend)
+        if key is None:
+            return False
+        _part(reader, run.fingerprint, "output_throughput", point, backend, {}, key)
+    return True
+
+
+@require_GET
+def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
+    metric = request.GET.get("metric") or "output_throughput"
+    point = request.GET.get("point") or None
+    backend = request.GET.get("backend") or None
+    if not hist.FINGERPRINT_RE.match(fingerprint or ""):
+        raise Http404("No run with this fingerprint that you can see.")
+    fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
+    try:
+        key = _key(request.user, fingerprint, metric, point, backend)
+        part = _part(request.user, fingerprint, metric, point, backend, fresh, key)
     except hist.HistoryError as exc:
         context = {"error": f"{exc.field}: {exc}", "fingerprint": fingerprint}
         return render(request, "web/history.html", context, status=400)

@@ -216,7 +216,7 @@ def run_log(request: HttpRequest, public_id: str) -> HttpResponse:
 @permalink
 def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    body = rs.dump_spec(rs.parse_spec(run.spec))
+    body = rs.dump_spec(rs.parse_spec(run.spec, stored=True))
     response = HttpResponse(body, content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-spec.yaml"'
     return response
@@ -282,6 +282,15 @@ def run_rerun(request: HttpRequest, public_id: str) -> HttpResponse:
         new = reproduce.rerun(run, request.user)
     except PermissionError:
         raise Http404("Only the run's owner can re-run it.") from None
+    except services.SpecError as exc:
+        # Accepted once, refused now: a rule or the deployment's policy tightened since.
+        messages.error(
+            request,
+            f"This run's spec is not accepted any more, so it cannot be re-run as it is: "
+            f"{exc}. Copy the spec (Reproduce, below) into New run, change what is named, "
+            "and submit it.",
+        )
+        return redirect(run.get_absolute_url())
     messages.success(request, f"Re-run {new.short_id} of {run.short_id} is queued.")
     return redirect(new.get_absolute_url())
 

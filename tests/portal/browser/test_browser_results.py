@@ -338,3 +338,27 @@ def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
     assert page.page.locator("#log-panel[open]").count() == 1
     page.shot("run-failed-log")
     assert page.console_errors == []
+
+
+def test_every_hf_baseline_is_drawn_on_one_throughput_chart(page: Any, make_user: Any) -> None:
+    user, password = user_with_password(make_user, "hana")
+    run = webdata.make_baselines_run(user)
+    blocked = offline(page)
+    page.sign_in(user.username, password)
+    page.goto(run.get_absolute_url())
+    assert_charts_drawn(page)
+    names = page.page.evaluate(
+        "() => document.getElementById('chart-concurrency-output').data.map(t => t.name)"
+    )
+    assert {"vllm", "hf-batched", "ts-cb"} <= set(names)
+    assert any(n.startswith("hf-sequential (baseline") for n in names)
+    assert any(n.startswith("hf-static-cache (baseline") for n in names)
+    legend = page.page.evaluate(
+        "() => document.querySelector('#chart-concurrency-output .legend').textContent"
+    )
+    assert "ts-cb" in legend and "hf-batched" in legend
+    speedups = page.page.locator("#speedups").inner_text()
+    assert "ts-cb (transformers serve, same point)" in speedups
+    page.page.locator("#chart-concurrency-output").scroll_into_view_if_needed()
+    page.shot("run-every-hf-baseline")
+    assert blocked == []
