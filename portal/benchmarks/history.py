@@ -3,7 +3,8 @@
 Runs that share ``Run.fingerprint`` measured the same model, workload, sweeps, engine
 configuration and GPU type, so their numbers line up over time; what may change between
 them is the software (vLLM, PyTorch, driver, CUDA, image). ``history()`` returns one
-value per run (the mean over its repeats) with the versions it ran on, and labels each
+value per run (the mean over its repeats; an SLA search load measured again is its
+confirmation's, ``queries.current``) with the versions it ran on, and labels each
 point where a version changed from the previous one.
 
 Three queries whatever the length of the history (the newest run for the title, the
@@ -182,7 +183,9 @@ def history(
     latest = runs.select_related(None).defer(*queries.LIST_DEFERRED).order_by("-created_at").first()
     if latest is None:
         raise Run.DoesNotExist("no visible run with this fingerprint")
-    ok = Measurement.objects.filter(run__in=runs, status="succeeded", backend_kind="vllm")
+    ok = queries.current(
+        Measurement.objects.filter(run__in=runs, status="succeeded", backend_kind="vllm")
+    )
     choices = [
         PointChoice(b, k, s, v)
         for b, k, s, v in ok.order_by("backend", "sweep", "value")
@@ -291,7 +294,9 @@ def run_values(runs: list[SeriesRun]) -> dict[int, dict[tuple[str, str], dict[st
     if not runs:
         return {}
     rows = list(
-        Measurement.objects.filter(run_id__in=[r.pk for r in runs], status="succeeded")
+        queries.current(
+            Measurement.objects.filter(run_id__in=[r.pk for r in runs], status="succeeded")
+        )
         .values("run_id", "backend", "backend_kind", "point_key")
         .annotate(**{f"m_{key}": Avg(key) for key in _NOISE_METRICS})
         .order_by()

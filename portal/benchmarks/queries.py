@@ -17,6 +17,8 @@
   ``AmbiguousRunId`` (a ``Run.DoesNotExist``, so callers that do not tell the two apart
   still answer 404).
 - ``run_measurements(run)``: a run's measurements in chart order, heavy JSON deferred.
+- ``current(measurements)``: less what an SLA search's confirmation superseded, in SQL,
+  for aggregates that never parse a spec (history, the noise series, the runs list).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from dataclasses import dataclass, fields
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.cache import cache
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, TextField, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce
 
 from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run, RunStatus
 
@@ -223,3 +227,26 @@ def run_measurements(run: Run, *, heavy: bool = False) -> QuerySet[Measurement]:
     if not heavy:
         measurements = measurements.defer(*Measurement.HEAVY_FIELDS)
     return measurements
+
+
+def current(measurements: QuerySet[Measurement]) -> QuerySet[Measurement]:
+    """``measurements`` less the SLA search loads a confirmation superseded: repeat 0 of a
+    point of the run's search (its sweep is the search's name) measured again at repeat
+    1. The SQL form of ``runners.sla.superseded``, for aggregates over many runs that
+    parse no spec; ingestion stores repeat 1 of a search load only as the confirmation of
+    a miss at repeat 0, so the sibling's existence is the whole rule. One EXISTS over the
+    (run, backend, point_key, repeat) unique index."""
+    confirmed = Measurement.objects.filter(
+        run_id=OuterRef("run_id"),
+        backend=OuterRef("backend"),
+        point_key=OuterRef("point_key"),
+        repeat=1,
+    )
+    search = Coalesce(
+        KeyTextTransform("name", KeyTransform("sla_search", "run__spec")),
+        Value(""),
+        output_field=TextField(),
+    )
+    return measurements.alias(_search=search).exclude(
+        Q(repeat=0) & ~Q(_search="") & Q(sweep=F("_search")) & Exists(confirmed)
+    )

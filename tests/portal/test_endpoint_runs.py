@@ -307,3 +307,10 @@ def test_a_confirmed_load_shows_the_confirmations_numbers_not_a_mean_with_the_st
     assert len(document["measurements"]) == 2  # both stay in the result document
     (side,) = [p.side for k, p in sc.points_of(document).items() if k[1] == low.key]
     assert [m["p99_ttft_ms"] for m in side.metrics] == [100.0]
+    # The aggregates in SQL (history, the verdict's noise series) agree: no spec parsed.
+    from portal.benchmarks import history as hist
+    from servebench import verdict
+
+    values = hist.run_values([hist.SeriesRun(run.pk, run.public_id, run.created_at)])
+    (metrics,) = [v for (_, key), v in values[run.pk].items() if key == low.key]
+    assert metrics[verdict.parse_metric("p99_ttft_ms").key] == 100.0

@@ -109,6 +109,17 @@ def test_the_history_api_answers_the_same_series(series: list[Run], personas: An
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "metric"
 
 
+def test_repeats_of_a_sweep_are_all_in_the_history(make_user: Any) -> None:
+    """``queries.current`` drops only an SLA search's superseded load, never a sweep's
+    own repeat 0 (repeat 1 beside it is a repeat, not a confirmation)."""
+    run = webdata.make_sweep_run(make_user("rita"), [1, 4], repeats=2, seed=3)
+    history = hist.history(run.owner, run.fingerprint, point="concurrency:max_concurrency=4")
+    (point,) = history.points
+    stored = run.measurements.filter(point_key="concurrency:max_concurrency=4", backend="vllm")
+    values = [m.output_throughput for m in stored]
+    assert point.repeats == 2 and point.value == pytest.approx(sum(values) / 2)
+
+
 def test_a_long_history_is_cut_to_the_newest(series: list[Run]) -> None:
     history = hist.history(series[0].owner, series[0].fingerprint, limit=3)
     assert history.truncated and [p.public_id for p in history.points] == [

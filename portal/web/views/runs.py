@@ -94,7 +94,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
     page = paginator.get_page(request.GET.get("page"))
     runs = list(page.object_list)
     best = dict(
-        Measurement.objects.filter(run__in=[r.pk for r in runs], status="succeeded")
+        queries.current(
+            Measurement.objects.filter(run__in=[r.pk for r in runs], status="succeeded")
+        )
         .values("run_id")
         .annotate(best=Max("output_throughput"))
         .values_list("run_id", "best")
