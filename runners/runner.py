@@ -435,6 +435,10 @@ class Runner:
         report_budget_s: float | None = None,
     ) -> None:
         self.document.status = status  # type: ignore[assignment]
+        if self.spec.sla_search is not None:  # a search left unfinished now never will be
+            self.document.sla_searches = sla.summarize(
+                self.spec, self.document.measurements, ended=True
+            )
         self._timing("finished_at", utcnow())
         self._timing("duration_s", round(time.monotonic() - self._t0, 3))
         self.writer.write(self.document)

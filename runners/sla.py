@@ -27,10 +27,12 @@ Rates are rounded to three significant figures, concurrencies to whole numbers, 
 keys stay readable and a search cannot creep forever.
 
 The answer is the highest load that met the SLO below the lowest that did not, with the
-path that led there ("12.5 req/s at p99 TTFT <= 500 ms"). Everything here is a pure
-function of the spec and the measurements (mappings shaped like the result document's),
-so the runner (driving the search), the portal (result document, ingestion, the run
-page) and the CLI compute the same answer from the same numbers.
+path that led there ("12.5 req/s at p99 TTFT <= 500 ms"). A run that ended mid-search
+(its server died, it was cancelled, it timed out) says what it learned as a bound, state
+``stopped`` ("at least 4 req/s ..."), never as an answer or as still running.
+Everything here is a pure function of the spec and the measurements (mappings shaped like
+the result document's), so the runner (driving the search), the portal (result document,
+ingestion, the run page) and the CLI compute the same answer from the same numbers.
 """
 
 from __future__ import annotations
@@ -232,8 +234,9 @@ def _answer_text(search: SLASearch, value: float) -> str:
     return f"{where} at {search.describe_slo()}"
 
 
-def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
-    """The search on one backend as the result document carries it (see ``summarize``)."""
+def result(spec: Spec, backend: str, steps: list[Step], ended: bool = False) -> dict[str, Any]:
+    """The search on one backend as the result document carries it (see ``summarize``);
+    ``ended``: the run is over, so a search that is not finished never will be."""
     search = spec.sla_search
     assert search is not None
     finished = next_value(search, steps) is None
@@ -244,12 +247,23 @@ def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
     answer = max(passing) if passing else None
     low, high = round_value(search, search.low), round_value(search, search.high)
     unit = UNITS[search.axis]
-    if not steps:
+    if not steps and ended:
+        state, text = "stopped", "not measured: the run ended before the search began"
+    elif not steps:
         state, text = "pending", "not measured yet"
     elif answer is None and lowest_fail is not None and lowest_fail <= low and finished:
         state = "below range"
         where = f"{_shown(low)} req/s" if search.axis == "request_rate" else f"concurrency {low:g}"
         text = f"none: {search.describe_slo()} is not met even at {where}"
+    elif not finished and ended:
+        # The run ended mid-search (its server died, it was cancelled): what it learned,
+        # said as a bound, never as an answer or as still running.
+        state = "stopped"
+        if answer is None:
+            text = "none found: the run ended before the search met the SLO at any load"
+        else:
+            text = f"at least {_answer_text(search, answer)}"
+        text += f" (stopped after {len(steps)} points; run it again for the answer)"
     elif answer is None:
         state, text = "running", "not determined yet"
     elif lowest_fail is None and answer >= high:
@@ -285,18 +299,21 @@ def result(spec: Spec, backend: str, steps: list[Step]) -> dict[str, Any]:
     }
 
 
-def summarize(spec: Spec, measurements: Iterable[Any]) -> list[dict[str, Any]]:
+def summarize(spec: Spec, measurements: Iterable[Any], ended: bool = False) -> list[dict[str, Any]]:
     """Every SLA search of a run, one entry per searched backend (empty without one):
 
     ``answer`` (the load, or None), ``text`` ("12.5 req/s at p99 TTFT <= 500 ms"),
-    ``state`` (converged, top of range, below range, budget spent, running, pending),
+    ``state`` (converged, top of range, below range, budget spent, running, pending; and
+    once the run has ended (``ended``), stopped for a search it left unfinished),
     ``finished``, ``bracket`` [highest passing, lowest failing], ``points_used`` of
     ``max_points``, and ``path``: each step's load, verdict, point key and SLO metrics.
     """
     if spec.sla_search is None:
         return []
     items = list(measurements)
-    return [result(spec, b.name, steps_of(spec, b.name, items)) for b in spec.search_backends]
+    return [
+        result(spec, b.name, steps_of(spec, b.name, items), ended) for b in spec.search_backends
+    ]
 
 
 def expected_measurements(spec: Spec, measurements: Iterable[Any]) -> int:

@@ -480,11 +480,12 @@ def expected_measurements(run: Run, spec: rs.Spec | None = None) -> int:
 
 
 def sla_searches(run: Run, spec: rs.Spec | None = None) -> list[dict[str, Any]]:
-    """The run's SLA search answers and paths (``runners.sla.summarize``)."""
+    """The run's SLA search answers and paths (``runners.sla.summarize``); a search an
+    ended run left unfinished is ``stopped``."""
     spec = spec or rs.parse_spec(run.spec, stored=True)
     if spec.sla_search is None:
         return []
-    return sla.summarize(spec, _search_rows(run))
+    return sla.summarize(spec, _search_rows(run), ended=run.status in FINAL_STATUSES)
 
 
 def _failed_points_reason(run: Run, errors: list[dict[str, str]]) -> str:

@@ -23,6 +23,7 @@ _STATE_CLASS = {
     "top of range": "ok",
     "below range": "bad",
     "budget spent": "warn",
+    "stopped": "warn",
 }
 
 

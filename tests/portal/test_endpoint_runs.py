@@ -227,6 +227,35 @@ def test_a_search_is_stored_and_its_answer_shown_everywhere(searching, personas)
     assert 'id="output-length-note"' in html and "3 of 16 responses ended before 16" in html
 
 
+def test_a_search_the_run_left_unfinished_is_stopped_not_running(searching, personas):
+    """The endpoint died mid-search: the ended run's page, result document and CLI say
+    what the search learned as a bound (at least 1 req/s), never "so far"."""
+    from django.test import Client
+    from django.utils.html import escape
+
+    run, runner = searching
+    spec = rs.parse_spec(run.spec)
+    first = body(spec, rs.search_point(spec, 1), 100.0)
+    assert post(runner, run, "measurements", first).status_code == 201
+    died = {**body(spec, rs.search_point(spec, 64), 0.0), "status": "failed", "metrics": {}}
+    died["error"] = "the endpoint stopped answering"
+    assert post(runner, run, "measurements", died).status_code == 201
+    (live,) = services.sla_searches(run)
+    assert live["state"] == "running"
+    response = post(runner, run, "events", {"type": "failed", "message": "endpoint gone"})
+    assert response.json()["run_status"] == "failed"
+    run.refresh_from_db()
+    document = personas["owner"].client.get(f"/api/v1/runs/{run.public_id}/result").json()
+    (search,) = document["sla_searches"]
+    assert (search["state"], search["answer"], search["finished"]) == ("stopped", 1.0, False)
+    assert search["text"].startswith("at least 1 req/s at p99 TTFT <= 500 ms (stopped after 2")
+    assert "so far" not in render.results_table(document)
+    page = Client()
+    page.force_login(run.owner)
+    html = page.get(run.get_absolute_url()).content.decode()
+    assert escape(search["text"]) in html and "so far" not in html
+
+
 def test_search_points_the_search_could_not_have_made_are_refused(searching):
     run, runner = searching
     spec = rs.parse_spec(run.spec)

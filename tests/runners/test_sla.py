@@ -323,3 +323,28 @@ def test_a_confirmation_supersedes_the_miss_it_measured_again():
     ids += [("vllm", "sla:request_rate=64", 0), ("vllm", "single", 0), ("vllm", "single", 1)]
     assert sla.superseded(spec, ids) == {("vllm", "sla:request_rate=1", 0)}
     assert sla.superseded(None, ids) == set()
+
+
+def test_a_search_the_run_left_unfinished_says_what_it_learned_as_a_bound():
+    """The server died at 64 req/s mid-search: the run is over, so its search is not
+    "running", nor is 1 req/s its answer; it met the SLO at 1 and is stopped."""
+    spec = spec_with(RATE)
+    measured = [measurement(spec, 1, 100.0), measurement(spec, 64, None, status="failed")]
+    (live,) = sla.summarize(spec, measured)
+    assert (live["state"], live["text"]) == ("running", "1 req/s at p99 TTFT <= 500 ms so far")
+    (ended,) = sla.summarize(spec, measured, ended=True)
+    assert (ended["state"], ended["finished"], ended["answer"]) == ("stopped", False, 1.0)
+    assert ended["text"] == (
+        "at least 1 req/s at p99 TTFT <= 500 ms (stopped after 2 points; run it again for "
+        "the answer)"
+    )
+    (none,) = sla.summarize(spec, [], ended=True)
+    assert (none["state"], none["text"]) == (
+        "stopped",
+        "not measured: the run ended before the search began",
+    )
+    (missed,) = sla.summarize(spec, [measurement(spec, 1, 900.0)], ended=True)
+    assert missed["state"] == "stopped" and missed["text"].startswith("none found")
+    # A search that finished reads the same whether or not the run has ended.
+    done = run_search(spec, lambda rate: 100.0 if rate <= 12.5 else 4000.0)
+    assert sla.summarize(spec, done, ended=True) == sla.summarize(spec, done)
