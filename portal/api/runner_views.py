@@ -26,9 +26,10 @@ from portal.api.parsers import JSONParser
 from portal.api.serializers import AcceptedSerializer, MeasurementAcceptedSerializer
 from portal.api.views import check_body_size
 from portal.benchmarks import services
-from portal.benchmarks.models import Run
+from portal.benchmarks.models import Environment, Run
 from portal.dispatch.executors import ExecutorError, get_executor
 from portal.lib.logctx import bound_run
+from portal.web import warm
 from runners import result as rr
 from runners.spec import errors_from, json_problem
 
@@ -50,24 +51,53 @@ def _validate(model: type[BaseModel], data: Any) -> Any:
         raise ApiError(400, "invalid", f"{first['field']}: {first['message']}", fields) from None
 
 
-def _with_image_digest(run: Run, event: rr.Event) -> rr.Event:
-    """The environment with the image digest the executor saw (a Kubernetes Pod's
-    ``imageID``), which the runner cannot know from inside its container; unchanged when
-    the executor knows none."""
+def _executor_digest(run: Run) -> str:
+    """The runner image's digest as the executor saw it (a Kubernetes Pod's ``imageID``);
+    "" when it knows none (yet): a local executor, or a Pod whose status the kubelet has
+    not written."""
     if not run.executor or not run.executor_handle:
-        return event
+        return ""
     try:
-        digest = get_executor(run.executor).image_digest(run.executor_handle)
+        return get_executor(run.executor).image_digest(run.executor_handle)
     except ExecutorError:
-        return event
-    if not digest:
-        return event
-    environment = dict(event.environment or {})
+        return ""
+
+
+def _stamped(environment: dict[str, Any], run: Run, digest: str) -> dict[str, Any]:
+    environment = dict(environment)
     container = environment.get("container")
     container = dict(container) if isinstance(container, dict) else {}
     container.update(image_digest=digest, image_digest_source=f"{run.executor} executor")
     environment["container"] = container
-    return event.model_copy(update={"environment": environment})
+    return environment
+
+
+def _with_image_digest(run: Run, event: rr.Event) -> rr.Event:
+    """The environment with the image digest the executor saw, which the runner cannot
+    know from inside its container; unchanged when the executor knows none yet."""
+    digest = _executor_digest(run)
+    if not digest:
+        return event
+    stamped = _stamped(event.environment or {}, run, digest)
+    return event.model_copy(update={"environment": stamped})
+
+
+def _fill_image_digest(run: Run) -> None:
+    """At the run's end, the digest the environment event could not have: the runner
+    reports its environment as soon as its container starts, often before the kubelet has
+    written the Pod's ``imageID`` (seconds later on a busy node). The Pod still runs when
+    its runner reports the end, so its status has the digest by then."""
+    env = Environment.objects.filter(run=run).first()
+    if env is None or not isinstance(env.snapshot, dict):
+        return
+    container = env.snapshot.get("container")
+    known = container.get("image_digest") if isinstance(container, dict) else None
+    if known and str(known).startswith("sha256:"):
+        return
+    digest = _executor_digest(run)
+    if digest:
+        env.snapshot = _stamped(env.snapshot, run, digest)
+        env.save(update_fields=["snapshot"])
 
 
 class RunnerView(APIView):
@@ -99,7 +129,11 @@ class RunnerEvents(RunnerView):
             event = _validate(rr.Event, request.data)
             if event.type == "environment" and event.environment is not None:
                 event = _with_image_digest(run, event)
+            if event.type in ("finished", "failed"):
+                _fill_image_digest(run)  # before the run ends: its pages show the digest
             status = services.ingest_event(run, event)
+            if event.type == "finished":
+                warm.ended(run.pk)  # its page and history, for the first reader
         return Response({"ok": True, "run_status": status})
 
 

@@ -91,6 +91,36 @@ def test_the_image_digest_is_the_pods_and_the_run_page_shows_it(
     assert f"{IMAGE}@{digest}" in html  # the docker run command, pinned by digest
 
 
+def test_a_digest_the_pod_did_not_have_yet_is_recorded_at_the_runs_end(
+    on_k8s, make_run, kube_api, kubelet, namespace
+):
+    """The runner reports its environment as its container starts, often before the
+    kubelet has written the Pod's ``imageID``; the run's end records it."""
+    run = make_run(spec=gpu_spec())
+    assert dispatcher.dispatch_run(run.pk) == "submitted"
+    run.refresh_from_db()
+    token = secret_value(kube_api, namespace, run.executor_handle["job"], "run-token")
+    runner = Client(headers={"Authorization": f"Bearer {token}"})
+    url = f"/api/v1/runner/runs/{run.public_id}/events"
+    environment = {"container": {"image": IMAGE, "image_digest": "none"}, "gpu": {"count": 1}}
+    response = runner.post(
+        url,
+        {"type": "environment", "environment": environment, "fingerprint": "ab" * 32},
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.content
+    assert Environment.objects.get(run=run).snapshot["container"]["image_digest"] == "none"
+
+    kubelet.running(kubelet.pod_of(run.executor_handle["job"]))
+    response = runner.post(
+        url, {"type": "failed", "message": "vLLM exited"}, content_type="application/json"
+    )
+    assert response.status_code == 200, response.content
+    container = Environment.objects.get(run=run).snapshot["container"]
+    assert container["image_digest"] == "sha256:" + "0" * 64
+    assert container["image"] == IMAGE and container["image_digest_source"] == "kubernetes executor"
+
+
 def test_reading_the_log_of_a_stuck_pod_changes_nothing(
     on_k8s, make_run, kube_api, kubelet, namespace
 ):
