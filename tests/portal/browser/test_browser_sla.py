@@ -57,7 +57,8 @@ def measured(spec: rs.Spec, point: rs.Point, p99_ttft: float, repeat: int = 0) -
     )
 
 
-def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any, settings: Any):
+def searching(make_run: Any, settings: Any) -> tuple[Run, rs.Spec]:
+    """A running endpoint run with an SLA search, its environment and sweep point stored."""
     settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
     run = make_run(spec=SPEC, status="running")
     spec = rs.parse_spec(run.spec)
@@ -81,6 +82,11 @@ def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any
         "",
     )
     services.ingest_measurement(run, measured(spec, spec.points()[0], 90.0))
+    return run, spec
+
+
+def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any, settings: Any):
+    run, spec = searching(make_run, settings)
     steps: list[sla.Step] = []
     rows: list[rr.Measurement] = []
     while (value := sla.next_value(spec.sla_search, steps)) is not None:
@@ -109,3 +115,28 @@ def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any
     assert page.console_errors == []
     # At a desktop's and a phone's width: nothing overflows, charts drawn, screenshots.
     check(page, "run-sla-search", run.get_absolute_url(), charts=True)
+
+
+def test_a_search_the_run_left_unfinished_reads_as_stopped(page: Any, make_run: Any, settings: Any):
+    """The endpoint died at the high end: the failed run's page says what the search
+    learned (at least 1 req/s) and that it stopped, at a desktop's and a phone's width."""
+    run, spec = searching(make_run, settings)
+    services.ingest_measurement(run, measured(spec, rs.search_point(spec, 1), 150.0))
+    died = measured(spec, rs.search_point(spec, 64), 0.0).model_copy(
+        update={"status": "failed", "metrics": {}, "error": "the endpoint stopped answering"}
+    )
+    services.ingest_measurement(run, died)
+    services.ingest_event(run, rr.Event(type="failed", message="the endpoint stopped answering"))
+    Run.objects.filter(pk=run.pk).update(is_public=True)
+    (search,) = services.sla_searches(Run.objects.get(pk=run.pk))
+    assert search["state"] == "stopped"
+
+    page.goto(run.get_absolute_url())
+    page.wait_for("document.getElementById('sla-answer-1')")
+    shown = page.page.inner_text("#sla-answer-1")
+    assert shown.startswith("at least 1 req/s at p99 TTFT <= 500 ms (stopped after 2 points")
+    assert "· stopped, 2 of at most 8 points" in shown and "so far" not in shown
+    assert "notice warn" in page.page.inner_html("#sla-search-section")
+    page.page.locator("#sla-search-section").scroll_into_view_if_needed()
+    page.shot("run-sla-search-stopped")
+    check(page, "run-sla-search-stopped", run.get_absolute_url(), charts=True)
