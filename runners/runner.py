@@ -393,7 +393,7 @@ class Runner:
                 break  # nothing more to learn from a dead server
         if value is None:
             self.total -= search.max_points - len(steps)
-        outcome = sla.result(self.spec, backend.name, steps)
+        outcome = sla.result(self.spec, backend.name, steps, ended=value is not None)
         self.progress.say(
             f"SLA search on {backend.name}: {outcome['text']} "
             f"({outcome['points_used']} of {search.max_points} points)"

@@ -263,7 +263,8 @@ def result(spec: Spec, backend: str, steps: list[Step], ended: bool = False) -> 
             text = "none found: the run ended before the search met the SLO at any load"
         else:
             text = f"at least {_answer_text(search, answer)}"
-        text += f" (stopped after {len(steps)} points; run it again for the answer)"
+        points = f"{len(steps)} point{'s' if len(steps) != 1 else ''}"
+        text += f" (stopped after {points}; run it again for the answer)"
     elif answer is None:
         state, text = "running", "not determined yet"
     elif lowest_fail is None and answer >= high:

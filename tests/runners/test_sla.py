@@ -348,3 +348,5 @@ def test_a_search_the_run_left_unfinished_says_what_it_learned_as_a_bound():
     # A search that finished reads the same whether or not the run has ended.
     done = run_search(spec, lambda rate: 100.0 if rate <= 12.5 else 4000.0)
     assert sla.summarize(spec, done, ended=True) == sla.summarize(spec, done)
+    (one,) = sla.summarize(spec, [measurement(spec, 1, 900.0)], ended=True)
+    assert one["text"].endswith("(stopped after 1 point; run it again for the answer)")
