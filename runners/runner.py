@@ -387,10 +387,18 @@ class Runner:
                     f"({target.log_path}):\n{target.log_tail()}"
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
+            # A point that failed because its server (or a deployed endpoint) is gone says
+            # nothing about the load: bisecting on would "converge" on failures alone.
+            gone = m.status == "failed" and not target.alive
+            if gone and isinstance(target, ep.Endpoint):
+                m = m.model_copy(
+                    update={"error": f"{m.error or ''}\nthen {target.unreachable_reason()}"}
+                )
             self._record(m)
             steps = sla.steps_of(self.spec, backend.name, self.document.measurements)
-            if m.status == "failed" and not (isinstance(target, ep.Endpoint) or target.alive):
-                break  # nothing more to learn from a dead server
+            if gone:
+                self.progress.say(f"SLA search on {backend.name}: its server no longer answers")
+                break
         if value is None:
             self.total -= search.max_points - len(steps)
         outcome = sla.result(self.spec, backend.name, steps, ended=value is not None)

@@ -17,8 +17,11 @@ is the margin that survives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +32,8 @@ import requests
 
 from runners import procs, sla
 from runners.endpoint import Endpoint
-from runners.result import ResultDocument
+from runners.progress import Progress
+from runners.result import Measurement, ResultDocument
 from runners.runner import ExitCode, Runner
 from runners.spec import parse_spec, search_point
 from runners.tiny_model import build_lora
@@ -338,3 +342,92 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
     _, state, _, _, verdicts = attempts[-1]
     assert state == "converged", attempts
     assert sum(met for met, _ in verdicts) >= 2, attempts
+
+
+class Relay:
+    """A TCP relay in front of the deployment, the route a deployed endpoint is reached
+    by; ``cut()`` takes the route away (listener and open connections): the endpoint is
+    gone, as when its node or load balancer fails."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.removeprefix("http://").split(":")
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # cut
+            upstream = socket.create_connection(self.target)
+            self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self.listener.close()
+        for sock in self.open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def test_an_endpoint_gone_mid_search_stops_the_search_it_does_not_converge(
+    deployment, key_env, tmp_path
+):
+    """The endpoint answers the search's low end, then is gone: every later point would
+    fail, and bisecting on failures alone would "converge" on the low end. The search
+    stops at the first failure the endpoint no longer answers after, says so, and reports
+    what it learned as a bound; the run is partial."""
+    relay = Relay(deployment.base_url)
+
+    class CutAfterTheLowEnd(Progress):
+        def measurement(self, done: int, total: int, m: Measurement) -> None:
+            if m.point.key.startswith("sla:"):
+                relay.cut()
+
+    spec = parse_spec(
+        {
+            "model": {"id": str(deployment.model), "max_model_len": 1024},
+            "workload": {"input_len": 32, "output_len": 8, "num_prompts": 4, "num_warmups": 0},
+            "backends": [{**deployment.endpoint("prod"), "base_url": relay.base_url}],
+            "sla_search": {
+                "axis": "max_concurrency",
+                "slo": {"p90_ttft_ms": 600_000},  # any answer in time meets it
+                "low": 1,
+                "high": 8,
+            },
+        }
+    )
+    out = tmp_path / "result.json"
+    runner = Runner(
+        spec, workdir=tmp_path / "work", out=out, progress=CutAfterTheLowEnd(quiet=True)
+    )
+    code = runner.run()
+    document = ResultDocument.model_validate_json(out.read_text())
+    assert code != ExitCode.OK and document.status == "partial"
+    (search,) = document.sla_searches
+    assert [(s["value"], s["passed"]) for s in search["path"]] == [(1.0, True), (8.0, False)]
+    assert (search["state"], search["answer"], search["finished"]) == ("stopped", 1.0, False)
+    assert search["text"] == (
+        "at least concurrency 1 at p90 TTFT <= 600000 ms (stopped after 2 points; run it "
+        "again for the answer)"
+    )
+    failed = document.measurements[-1]
+    assert failed.status == "failed" and "endpoint 'prod' did not answer" in (failed.error or "")
