@@ -137,9 +137,11 @@ def test_a_point_whose_requests_fail_is_failed_never_zero(cached):
 
 
 def test_a_points_metrics_time_series_shows_its_ramp(cached):
-    """/metrics sampled ten times a second: a point of a few seconds on the CPU has the
-    idle server before it, requests in flight together during it, and every request's
-    send time on the same clock (issue 15)."""
+    """/metrics sampled ten times a second: a point of a second or more on the CPU has
+    the idle server before it, requests in flight together during it, and every request's
+    send time on the same clock (issue 15). Its length depends on the machine's pace
+    (48 of these requests took 0.7 s on one 2-core machine, seconds on another), so the
+    samples are counted against the window's length."""
     spec, backend, server, workdir = cached
     point = Point(
         sweep="ramp",
@@ -148,7 +150,7 @@ def test_a_points_metrics_time_series_shows_its_ramp(cached):
         input_len=64,
         output_len=64,
         max_concurrency=8,
-        num_prompts=48,
+        num_prompts=128,
         request_rate=None,
     )
     m = measure_point(server, spec, backend, point, 0, workdir)
@@ -157,11 +159,13 @@ def test_a_points_metrics_time_series_shows_its_ramp(cached):
     lo, hi = telemetry["window"]
     series = telemetry["server"]
     assert telemetry["sampler"]["scrape"] == "filtered"  # vLLM honours name[]
-    assert len(telemetry["requests"]["sent"]) == 48 and min(telemetry["requests"]["sent"]) == lo
+    assert len(telemetry["requests"]["sent"]) == 128
+    assert min(telemetry["requests"]["sent"]) == lo
     before = [r for t, r in zip(series["t"], series["running"], strict=True) if t < lo]
     during = [r for t, r in zip(series["t"], series["running"], strict=True) if lo <= t <= hi]
     assert before and before[0] == 0  # idle until the first request
-    assert len(during) >= 10, (lo, hi, series["t"])  # 3,072 tokens: seconds on 2 cores
+    # At least 5 Hz across the window (the sampler's 10 Hz, less a busy machine's delays).
+    assert len(during) >= max(5, 5 * (hi - lo)), (lo, hi, series["t"])
     assert max(during) >= 4  # several requests in flight at once: the ramp
     assert any(v and v > 0 for v in series["kv_cache_usage"])
     assert telemetry["sampler"]["share_of_point_cpu"] < 0.2
