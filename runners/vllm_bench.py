@@ -199,6 +199,18 @@ def split_result(data: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]
     return metrics, raw, detail
 
 
+def error_text(err: Any, limit: int = 300) -> str:
+    """One request's error in one line: a traceback (what vLLM's client records for an
+    exception) as its exception, the last line, where the cause is ("ServerDisconnectedError:
+    Server disconnected"), never its first frames cut off before it."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback") and len(lines) > 1:
+        return lines[-1][:limit]
+    return " ".join(" ".join(lines).split())[:limit]
+
+
 def client_failure(data: dict[str, Any], limit: int = 3) -> str | None:
     """Why a client result must not count (None when every request succeeded)."""
     completed = int(data.get("completed") or 0)
@@ -207,7 +219,7 @@ def client_failure(data: dict[str, Any], limit: int = 3) -> str | None:
         return None
     seen: list[str] = []
     for err in data.get("errors") or []:
-        text = " ".join(str(err).split())[:300]
+        text = error_text(err)
         if text and text not in seen:
             seen.append(text)
     total = completed + failed or data.get("num_prompts", "?")

@@ -158,7 +158,8 @@ def test_a_killed_runner_takes_its_vllm_server_with_it(
     spec = {
         "name": "runner killed",
         "model": {"id": str(tiny_model), "max_model_len": 2048},
-        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 8, "num_warmups": 0},
+        # Minutes of work: killed mid-measurement on any machine, however fast.
+        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 2000, "num_warmups": 0},
         "backends": [{"kind": "vllm", "startup_timeout_s": 600}],
         "resources": {"gpu_count": 0, "timeout_minutes": 20},
     }
@@ -208,7 +209,8 @@ def test_redis_down_when_a_run_is_submitted(stack: Stack, tiny_model: Path) -> N
 
 def test_postgres_down_while_the_runner_reports(stack: Stack, tiny_model: Path) -> None:
     stack.start_worker()
-    public_id = stack.submit(hf_spec(tiny_model, prompts=16, output_len=32))
+    # 2,048 tokens: seconds of reports to make whatever the machine's pace.
+    public_id = stack.submit(hf_spec(tiny_model, prompts=32, output_len=64))
     wait_for(lambda: (stack.run(public_id) or {}).get("status") == "running", 120, "running")
     stack.stop_postgres()
     stopped = time.monotonic()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,8 +126,14 @@ def test_a_runner_cannot_read_the_portals_secrets(
     assert response.status_code == 201, response.content
     public_id = response.json()["id"]
     result = data_dir / "runs" / public_id / "probe.json"
-    waiter(result.exists, 120, "the probe to finish")
-    found = json.loads(result.read_text())
+
+    def probe_written() -> Any:
+        try:  # it exists, empty, before the probe's json.dump is flushed
+            return json.loads(result.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    found = waiter(probe_written, 120, "the probe to finish")
     run = Run.objects.get(public_id=public_id)
     if isolation == "none":
         # Without namespaces, a runner (as root here) reads the worker's secrets: the probe

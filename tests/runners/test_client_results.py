@@ -71,6 +71,25 @@ def test_a_run_where_every_request_failed_is_a_failure_with_the_errors():
     assert reason.count("prompt too long") == 1  # deduplicated
 
 
+def test_a_failed_requests_traceback_is_said_as_its_exception():
+    """vLLM's client records an exception as its whole traceback; the first 300
+    characters of it were frames, with the cause cut off."""
+    frames = "".join(
+        f'  File "/venv/lib/python3.11/site-packages/aiohttp/client.py", line {n}, in _request\n'
+        f"    await resp.start(conn)\n"
+        for n in range(8)
+    )
+    traceback = (
+        f"Traceback (most recent call last):\n{frames}"
+        "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected\n"
+    )
+    some = {**DETAILED, "completed": 9, "failed": 1, "errors": ["", traceback]}
+    assert client_failure(some) == (
+        "1 of 10 requests failed; errors: "
+        "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"
+    )
+
+
 def test_a_few_failed_requests_fail_the_point():
     some = {**DETAILED, "completed": 30, "failed": 2, "errors": ["", "", "timeout", "timeout"]}
     assert client_failure(some) == "2 of 32 requests failed; errors: timeout"

@@ -270,22 +270,25 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
     deployment, monkeypatch, tmp_path
 ):
     """The deployment runs at most 4 sequences. With 10 long requests, concurrency 4 never
-    waits for a slot, while at 5 and above two of them wait for a whole wave of others to
+    waits for a slot, while at 5 and above some of them wait for a whole wave of others to
     finish: their TTFT is a request's end-to-end latency (~960 tokens: seconds). A p90
     TTFT limit of half that latency, measured here and now at concurrency 4, lies between
-    the two whatever this machine's pace (both scale with it), and seconds from either.
+    the two whatever this machine's pace (both scale with it). The search runs from 4 to
+    8, so its answer is 4, reached by bisection (4 met, 8 missed, 6 missed, 5 missed).
 
-    The deployment streams every 32 tokens (first token at once) so its API server, which
-    shares a core with the client, keeps up; on a busy 2-core machine it still stalls for
-    seconds now and then, which only ever adds latency. Against that: the search measures
-    a missed low end again (``confirm: low``, the default; once a single stall made the
-    low end miss and the search end "below range"); a stall anywhere else only lowers the
-    answer by a step, which still converges and still holds; the answer is measured again
-    three times and must hold in two. What none of that survives is the machine's pace
-    changing between the calibration and the search (with a compiler running beside it,
-    p90 TTFT at concurrency 2 measured 1.6-2.1 s against a 0.9 s limit calibrated minutes
-    before): so a second attempt, calibrated afresh, is allowed, and every attempt's
-    numbers are in the failure message."""
+    Below 4 this server is not a clean reference: measured on a quiet machine (9 points,
+    10 requests each), concurrency 4 kept p90 TTFT at 14-33 ms every time, but 2 and 3
+    gave 15-3,443 ms. Some of their requests waited 1.5-3.4 s for their first token while
+    another request was mid-answer, that is, when a prefill joined running decodes on vLLM's
+    CPU backend. A search from 2 once ended "below range" there twice in a row, even though
+    it confirmed the low end (CI of this test, both attempts). That is a real property of
+    this deployment, not noise, so the range starts where the premise holds.
+
+    Against stalls of a shared machine (they only ever add latency): the low end is
+    confirmed (``confirm: low``), the answer is measured again three times and must hold
+    in two, and a second attempt, calibrated afresh, is allowed for the machine's pace
+    changing between the calibration and the search. Every attempt's numbers are in the
+    failure message."""
     base = {
         "model": {"id": str(deployment.model), "max_model_len": 1024},
         "workload": {"input_len": 32, "output_len": 16, "num_prompts": 4, "num_warmups": 1},
@@ -294,8 +297,8 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
     probe = {
         "axis": "max_concurrency",
         "slo": {"p90_ttft_ms": 1},
-        "low": 2,
-        "high": 6,
+        "low": MAX_SEQS,
+        "high": 2 * MAX_SEQS,
         "fixed": {"output_len": 960, "num_prompts": 10},  # the search's own long requests
     }
     probe_spec = parse_spec({**base, "sla_search": probe})
@@ -317,8 +320,14 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
         # each attempt's runner gets it anew, as each real runner process does.
         monkeypatch.setenv(KEY_ENV, KEY)
         code, document = run({**base, "sla_search": search}, work)
-        assert code == ExitCode.OK, ([m.error for m in document.measurements], attempts)
         (result,) = document.sla_searches
+        # A load beyond the server's capacity may fail a request outright (once, 1 of 10 at
+        # concurrency 6): a failed point, believed as a miss, which makes the run partial.
+        # Below the answer nothing may fail.
+        failed = [m for m in document.measurements if m.status == "failed"]
+        above = [m for m in failed if (m.point.max_concurrency or 0) > (result["answer"] or 0)]
+        assert failed == above, ([m.error for m in failed], attempts)
+        assert code == (ExitCode.OK if not failed else ExitCode.FAILED), (code, attempts)
         # What holds at any pace: the budget, the path, the words, one answer everywhere.
         assert result["finished"] and result["points_used"] <= 6
         assert len(document.measurements) == 1 + result["points_used"]
@@ -342,8 +351,8 @@ def test_an_sla_search_converges_and_its_answer_holds_when_measured_again(
                 break
         if sum(met for met, _ in verdicts) >= 2:
             break
-    _, state, _, _, verdicts = attempts[-1]
-    assert state == "converged", attempts
+    _, state, answer, _, verdicts = attempts[-1]
+    assert state == "converged" and answer == MAX_SEQS, attempts
     assert sum(met for met, _ in verdicts) >= 2, attempts
 
 

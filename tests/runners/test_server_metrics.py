@@ -168,8 +168,9 @@ def test_it_asks_for_only_its_series_and_falls_back_to_the_full_exposition(metri
     filtered = [p for p in metrics_server.paths if p.startswith("/metrics/?")]
     assert filtered and all("name%5B%5D=vllm%3Anum_requests_running" in p for p in filtered)
     if sampler["scrape"] == "filtered":
-        # Every sample, and the reading after the point, filtered server-side.
-        assert len(filtered) == sampler["scrapes"] + 1
+        # Every sample, and the reading after the point, filtered server-side (a scrape that
+        # timed out on a loaded machine was asked for but is not a sample).
+        assert len(filtered) >= sampler["scrapes"] + 1
     else:
         assert len(filtered) == 1  # asked once, refused, then the full exposition
     assert sampler["scrapes"] == watcher.result().samples > 0
