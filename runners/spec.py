@@ -40,6 +40,16 @@ SPEC_VERSION = 1
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+=\-]*$")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./~][A-Za-z0-9._/:@+=\-]*$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,62}$")
+
+
+def _label(value: str, what: str) -> str:
+    """``value`` when it is a label (sweep, backend, adapter, search names), else a
+    ValueError naming ``what``."""
+    if not _LABEL.match(value):
+        raise ValueError(f"{what} must be 1-63 letters, digits, '.', '_' or '-'")
+    return value
+
+
 _FREE_TEXT_BAD = re.compile(r"[\x00-\x1f\x7f]")
 
 MAX_SWEEP_VALUES = 32
@@ -328,9 +338,7 @@ class Sweep(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("sweep name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
+        return _label(v, "sweep name")
 
     @model_validator(mode="after")
     def _values(self) -> Sweep:
@@ -358,9 +366,7 @@ class NamedBackend(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("backend name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
+        return _label(v, "backend name")
 
 
 class HFBackend(NamedBackend):
@@ -547,9 +553,7 @@ class LoRAAdapter(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("adapter name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
+        return _label(v, "adapter name")
 
     @field_validator("path")
     @classmethod
@@ -979,9 +983,7 @@ class SLASearch(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _LABEL.match(v):
-            raise ValueError("the search's name must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
+        return _label(v, "the search's name")
 
     @field_validator("slo")
     @classmethod

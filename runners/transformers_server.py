@@ -28,7 +28,7 @@ from pathlib import Path
 
 from runners import conditions as cond
 from runners.spec import Spec, TransformersServeBackend
-from runners.vllm_server import HOST, LocalServer
+from runners.vllm_server import HOST, LocalServer, optional_flags
 
 SERVER_MODULE = "transformers.cli.transformers"
 
@@ -61,9 +61,7 @@ def serve_flags(spec: Spec, backend: TransformersServeBackend) -> list[str]:
         ("--cb-block-size", backend.cb_block_size),
         ("--cb-max-batch-tokens", backend.cb_max_batch_tokens),
     )
-    for flag, value in optional:
-        if value is not None:
-            flags += [flag, str(value)]
+    flags += optional_flags(optional)
     return flags
 
 

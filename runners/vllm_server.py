@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -36,6 +37,11 @@ HOST = "127.0.0.1"
 
 class ServerError(RuntimeError):
     """The server could not start or died; the message is meant for a person."""
+
+
+def optional_flags(pairs: Iterable[tuple[str, object]]) -> list[str]:
+    """``[flag, value, ...]`` for each (flag, value) whose value is set (not None)."""
+    return [part for flag, value in pairs if value is not None for part in (flag, str(value))]
 
 
 def free_port() -> int:
@@ -68,9 +74,7 @@ def serve_flags(spec: Spec, backend: VLLMBackend) -> list[str]:
         ("--quantization", backend.quantization),
         ("--block-size", backend.block_size),
     )
-    for flag, value in optional:
-        if value is not None:
-            flags += [flag, str(value)]
+    flags += optional_flags(optional)
     if backend.enforce_eager:
         flags.append("--enforce-eager")
     if backend.speculative_config:
