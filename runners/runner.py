@@ -167,7 +167,7 @@ class Runner:
         self.document.timings[key] = value
 
     def _failed(
-        self, backend: str, point: PointInfo, repeat: int, error: str, kind: str = "vllm"
+        self, backend: str, point: PointInfo, repeat: int, error: str, kind: str
     ) -> Measurement:
         """A served point that never ran (its server did not start or had died)."""
         now = utcnow()

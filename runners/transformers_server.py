@@ -74,6 +74,13 @@ def hub_cache() -> Path:
     return Path(home) / "hub"
 
 
+def serve_command(spec: Spec, backend: TransformersServeBackend, port: int | str) -> str:
+    """The ``transformers serve`` command a person would type to serve ``backend`` on
+    ``port`` (the runner's own, and the portal's reproduce section)."""
+    argv = ["transformers", "serve", model_argument(spec), "--host", HOST, "--port", str(port)]
+    return shlex.join([*argv, *serve_flags(spec, backend)])
+
+
 class TransformersServer(LocalServer):
     """A running (or startable) ``transformers serve``."""
 
@@ -98,9 +105,7 @@ class TransformersServer(LocalServer):
 
     def command(self) -> str:
         """The ``transformers serve`` command a person would type to get this server."""
-        address = ["--host", HOST, "--port", str(self.port)]
-        argv = ["transformers", "serve", model_argument(self.spec), *address]
-        return shlex.join([*argv, *serve_flags(self.spec, self.backend)])
+        return serve_command(self.spec, self.backend, self.port)
 
     def env(self) -> dict[str, str]:
         # Its torch pools sized to the cores the run owns, as the HF baselines' are.

@@ -193,9 +193,6 @@ class VLLMServer(LocalServer):
     LABEL = "the vLLM server"
     backend: VLLMBackend
 
-    def __init__(self, spec: Spec, backend: VLLMBackend, log_path: Path) -> None:
-        super().__init__(spec, backend, log_path)
-
     def argv(self) -> list[str]:
         address = ["--host", HOST, "--port", str(self.port)]
         flags = serve_flags(self.spec, self.backend)

@@ -61,9 +61,8 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
         return {"bench": bench_command(flags, backend)}
     flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE, backend)
     if isinstance(backend, rs.TransformersServeBackend):
-        serve = ["transformers", "serve", ts.model_argument(spec), "--host", HOST, "--port", _PORT]
         return {
-            "serve": shlex.join([*serve, *ts.serve_flags(spec, backend)]),
+            "serve": ts.serve_command(spec, backend, _PORT),
             "bench": bench_command(flags, backend),
         }
     env = [f"{k}={v}" for k, v in server_env(backend).items()]

@@ -284,14 +284,18 @@ class RunResults:
                 key=lambda p: (p.backend_kind == "vllm", self._sweep_order(p.sweep), p.backend, p.x)
             )
         self._series: list[Series] | None = None
+        self._baselines: dict[str, PointStats] | None = None
 
     @property
     def baselines(self) -> dict[str, PointStats]:
         """The single-point baselines, the reference first (hf-sequential when the run
-        has one), then the others in point order."""
-        found = [p for p in self.points if p.backend_kind in BASELINE_KINDS and p.ok]
-        found.sort(key=lambda p: p.backend_kind != "hf-sequential")  # stable
-        return {p.backend: p for p in found}
+        has one), then the others in point order (built once: ``speedup`` reads it for
+        every point)."""
+        if self._baselines is None:
+            found = [p for p in self.points if p.backend_kind in BASELINE_KINDS and p.ok]
+            found.sort(key=lambda p: p.backend_kind != "hf-sequential")  # stable
+            self._baselines = {p.backend: p for p in found}
+        return self._baselines
 
     def series(self) -> list[Series]:
         if self._series is None:

@@ -108,15 +108,9 @@ def in_hub_cache(repo_id: str, revision: str | None = None, file: str = "config.
 # --------------------------------------------------------------------------- the checks
 
 
-def _needs_machine(spec: rs.Spec) -> bool:
-    """Whether the runner loads the model itself (an HF baseline, a vLLM server, transformers
-    serve), rather than only measuring an endpoint that is already deployed."""
-    return spec.loads_model
-
-
 def _gpus(spec: rs.Spec) -> list[Finding]:
     asked = spec.resources.gpu_count
-    if asked < 1 or not _needs_machine(spec):
+    if asked < 1 or not spec.loads_model:
         return []
     if settings.SERVEBENCH_EXECUTOR == "kubernetes":
         most = settings.SERVEBENCH_K8S_MAX_GPUS
@@ -150,7 +144,7 @@ def _gpus(spec: rs.Spec) -> list[Finding]:
 
 
 def _hub(spec: rs.Spec) -> list[Finding]:
-    if settings.SERVEBENCH_EXECUTOR != "local" or not _needs_machine(spec) or not hub_offline():
+    if settings.SERVEBENCH_EXECUTOR != "local" or not spec.loads_model or not hub_offline():
         return []
     out = []
     model = spec.model
@@ -180,7 +174,7 @@ def _paths(spec: rs.Spec) -> list[Finding]:
     out = []
     model = spec.model
     for field, value in (("model.id", model.id), ("model.tokenizer", model.tokenizer)):
-        if value and value.startswith("/") and _needs_machine(spec) and not Path(value).is_dir():
+        if value and value.startswith("/") and spec.loads_model and not Path(value).is_dir():
             out.append(
                 Finding(
                     field,
