@@ -1,0 +1,124 @@
+"""Reading and writing specs: ``parse_spec`` (a parsed mapping), ``loads_spec``/``load_spec``
+(YAML or JSON text, read by ``safe_yaml``), ``dump_spec`` and ``json_schema``; every refusal
+is a ``SpecError`` whose ``errors`` name their fields (``errors_from``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from runners.spec.backends import BACKEND_KINDS
+from runners.spec.common import SPEC_VERSION, FieldError, json_problem
+from runners.spec.root import Spec
+
+
+class SpecError(ValueError):
+    """A spec that does not validate. ``errors`` is a list of {field, message}."""
+
+    def __init__(self, errors: list[dict[str, str]]):
+        self.errors = errors
+        first = errors[0]
+        where = f"{first['field']}: " if first["field"] else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"{where}{first['message']}{more}")
+
+
+def errors_from(exc: ValidationError) -> list[dict[str, str]]:
+    """Flatten pydantic errors to {field: 'a.b.0.c', message} with readable text."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"] if p not in BACKEND_KINDS]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            loc.append(cause.field)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        elif msg.startswith("Assertion failed, "):
+            msg = msg[len("Assertion failed, ") :]
+        out.append({"field": ".".join(loc), "message": msg})
+    return out
+
+
+def parse_spec(data: Any, *, stored: bool = False) -> Spec:
+    """Validate a mapping (already parsed JSON/YAML) into a Spec, raising SpecError.
+
+    ``stored``: the spec of a run accepted earlier (pages, ingestion, compare). Refusals
+    added since then (the spec's ``_consistent`` names them) are not applied to it again,
+    so tightening a rule for new submissions never makes an old run unreadable."""
+    if not isinstance(data, dict):
+        raise SpecError([{"field": "", "message": "a spec must be a mapping (JSON object)"}])
+    problem = json_problem(data)
+    if problem:
+        raise SpecError([{"field": problem[0], "message": problem[1]}])
+    try:
+        return Spec.model_validate(data, context={"stored": stored})
+    except ValidationError as exc:
+        raise SpecError(errors_from(exc)) from None
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases: a few hundred bytes of nested aliases expand
+    to gigabytes ("billion laughs"), and a spec never needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML aliases (*name) are not accepted", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def safe_yaml(text: str) -> Any:
+    """Parse YAML or JSON text the way every spec reader must: safe types, no aliases.
+
+    Raises yaml.YAMLError with a problem_mark when the position is known; nesting too
+    deep and numbers Python cannot read (an integer of thousands of digits) are YAML
+    errors too, never anything else.
+    """
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+    except (ValueError, OverflowError) as exc:  # int('9' * 5000) in the int constructor
+        raise yaml.YAMLError(f"a value cannot be read: {str(exc)[:120]}") from None
+
+
+def loads_spec(text: str) -> Spec:
+    """Parse YAML or JSON text (JSON is YAML) into a Spec, raising SpecError."""
+    if len(text) > 1_000_000:
+        raise SpecError([{"field": "", "message": "the spec is larger than 1 MB"}])
+    try:
+        data = safe_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([{"field": "", "message": f"not valid YAML or JSON{where}"}]) from None
+    return parse_spec(data)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read a YAML or JSON spec file."""
+    return loads_spec(Path(path).read_text(encoding="utf-8"))
+
+
+def dump_spec(spec: Spec, fmt: Literal["yaml", "json"] = "yaml") -> str:
+    data = spec.model_dump(mode="json", exclude_none=True)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the spec, exported from the pydantic model."""
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://servebench.dev/schema/spec-v{SPEC_VERSION}.json"
+    return schema
