@@ -36,11 +36,10 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from portal.benchmarks import history as hist
 from portal.benchmarks import points as pts
-from portal.benchmarks import queries, samples
-from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks import queries, runview, samples
+from portal.benchmarks.models import Environment, Run
+from runners import envfacts
 from runners import fingerprint as rf
-from runners import spec as rs
-from runners.environment import get as env_get
 from runners.vllm_server import serve_flags
 from servebench import verdict as engine
 from servebench.compare import backend_label
@@ -87,67 +86,31 @@ def parse_selection(
 
 # --------------------------------------------------------------------------- environment
 
-ENV_FIELDS: tuple[tuple[str, str], ...] = (
-    ("GPU", "gpu.model"),
-    ("GPU count", "gpu.count"),
-    ("GPU memory (MiB)", "gpu.memory_total_mib"),
-    ("Driver", "gpu.driver_version"),
-    ("CUDA (driver)", "gpu.cuda_driver_version"),
-    ("CUDA (runtime)", "software.cuda_runtime"),
-    ("vLLM", "software.vllm"),
-    ("PyTorch", "software.torch"),
-    ("Transformers", "software.transformers"),
-    ("Triton", "software.triton"),
-    ("FlashInfer", "software.flashinfer"),
-    ("NCCL", "software.nccl"),
-    ("Python", "software.python"),
-    ("Model revision", "model.revision"),
-    ("Image", "container.image"),
-    ("Image digest", "container.image_digest"),
-    ("Runner version", "runner_version"),
-)
 
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, list):
-        return ", ".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_text(v)}" for k, v in value.items())
-    return str(value)
-
-
-def environment_fields(run: Run, snapshot: Mapping[str, Any] | None) -> dict[str, str]:
+def environment_fields(view: runview.LoadedRun) -> dict[str, str]:
     """The comparable facts of one run: environment snapshot, model, workload, server
     flags. Run-specific noise (host name, pod, capture time) is left out."""
-    snapshot = snapshot or {}
-    out: dict[str, str] = {}
-    for label, path in ENV_FIELDS:
-        value = env_get(dict(snapshot), path)
-        if value is not None:
-            out[label] = _text(value)
+    run, spec = view.run, view.spec
+    out: dict[str, str] = dict(envfacts.facts(view.snapshot, envfacts.COMPARED))
     out.setdefault("GPU", run.gpu_name or "—")
-    try:
-        spec = rs.parse_spec(run.spec, stored=True)
-    except rs.SpecError:
+    if spec is None:
         return out
     out["Model"] = spec.model.id
     out["dtype"] = spec.model.dtype
     out["Max model length"] = str(spec.model.max_model_len)
     for key, value in spec.workload.model_dump(mode="json").items():
-        out[f"workload.{key}"] = _text(value)
-    out["Sweeps"] = "; ".join(f"{s.name}: {s.axis} {_text(s.values)}" for s in spec.sweeps)
+        out[f"workload.{key}"] = envfacts.text(value)
+    out["Sweeps"] = "; ".join(f"{s.name}: {s.axis} {envfacts.text(s.values)}" for s in spec.sweeps)
     out["Repeats"] = str(spec.repeats)
     if spec.slo:
-        out["SLO"] = _text(spec.slo.model_dump(exclude_none=True))
+        out["SLO"] = envfacts.text(spec.slo.model_dump(exclude_none=True))
     for backend in spec.vllm_backends:
         out[f"vLLM server args ({backend.name})"] = " ".join(
             f for f in serve_flags(spec, backend) if f != "--disable-uvicorn-access-log"
         )
     for backend in [*spec.hf_backends, *spec.batched_backends]:
         config = backend.model_dump(exclude={"kind", "name"}, exclude_none=True)
-        out[f"HF baseline ({backend.name})"] = _text(config)
+        out[f"HF baseline ({backend.name})"] = envfacts.text(config)
     return out
 
 
@@ -173,22 +136,57 @@ def environment_diff(fields_per_run: Sequence[Mapping[str, str]]) -> list[EnvRow
 
 @dataclass
 class Column:
-    """One compared run: its points, and how it stands against the baseline."""
+    """One compared run (loaded once: ``view``): its points, and how it stands against
+    the baseline."""
 
-    run: Run
-    results: pts.RunResults
-    environment: Environment | None
+    view: runview.LoadedRun
     points: dict[tuple[str, str], pts.PointStats] = field(default_factory=dict)
     sides: dict[tuple[str, str], engine.Side] = field(default_factory=dict)
     ids: dict[tuple[str, str], list[int]] = field(default_factory=dict)
-    components: dict[str, Any] | None = None
     comparable: bool = True
     differences: list[rf.Difference] = field(default_factory=list)
     history_runs: int = 0
 
     @property
+    def run(self) -> Run:
+        return self.view.run
+
+    @property
+    def results(self) -> pts.RunResults:
+        assert self.view.results is not None  # compare loads every run with its results
+        return self.view.results
+
+    @property
+    def environment(self) -> Environment | None:
+        return self.view.environment
+
+    @property
     def label(self) -> str:
         return f"{self.run.name or self.run.model_id} ({self.run.short_id})"
+
+
+def _column(view: runview.LoadedRun) -> Column:
+    """A run's column: its succeeded points keyed by (backend label, point key) and the
+    verdict engine's sides (each repeat's metrics and measurement ids)."""
+    column = Column(view)
+    results = column.results
+    kinds: dict[str, int] = defaultdict(int)
+    for _name, kind in {(m.backend, m.backend_kind) for m in view.measurements}:
+        kinds[kind] += 1
+    labels = {}
+    for p in results.points:
+        if p.ok:
+            label = backend_label(p.backend_kind, p.backend, kinds)
+            labels[(p.backend, p.point_key)] = label
+            column.points[(label, p.point_key)] = p
+    for m in sorted(view.measurements, key=lambda m: (m.repeat, m.pk)):
+        label = labels.get((m.backend, m.point_key))
+        if label is None or m.status != "succeeded":
+            continue
+        side = column.sides.setdefault((label, m.point_key), engine.Side())
+        side.metrics.append(m.metrics or {})
+        column.ids.setdefault((label, m.point_key), []).append(m.pk)
+    return column
 
 
 @dataclass
@@ -418,14 +416,6 @@ def judge(
         row.verdicts[i] = judgement.coloured
 
 
-def _fingerprint_parts(run: Run, environment: Environment | None) -> dict[str, Any] | None:
-    try:
-        spec = rs.parse_spec(run.spec, stored=True)
-    except rs.SpecError:
-        return None
-    return rf.components(spec, environment.snapshot if environment else None)
-
-
 def compare(
     user: AbstractBaseUser | AnonymousUser, ids: Sequence[str], baseline: str
 ) -> Comparison:
@@ -434,61 +424,20 @@ def compare(
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Run.DoesNotExist(f"no run {missing[0]!r} that you can see")
-    ordered = [runs[i] for i in ids]
-    pks = [r.pk for r in ordered]
-    measurements = list(
-        Measurement.objects.filter(run_id__in=pks)
-        .defer(*Measurement.HEAVY_FIELDS)
-        .order_by("run_id", "backend", "sweep", "value", "repeat", "id")
-    )
-    environments = {e.run_id: e for e in Environment.objects.filter(run_id__in=pks)}
-    specs = {r.pk: pts.stored_spec(r.spec) for r in ordered}  # each parsed once
-    slos = {pk: pts.spec_slo(spec) for pk, spec in specs.items()}
-    by_run: dict[int, list[Measurement]] = defaultdict(list)
-    for m in measurements:
-        by_run[m.run_id].append(m)
-    extra = pts.goodput_extra(measurements, lambda m: slos.get(m.run_id))
-    columns = []
-    for run in ordered:
-        rows = pts.without_superseded(specs[run.pk], by_run.get(run.pk, []))
-        results = pts.RunResults(
-            pts.aggregate(rows, extra), slos.get(run.pk), [], pts.spec_sweeps(run.spec)
-        )
-        column = Column(run, results, environments.get(run.pk))
-        column.components = _fingerprint_parts(run, column.environment)
-        kinds: dict[str, int] = defaultdict(int)
-        for b in {(m.backend, m.backend_kind) for m in rows}:
-            kinds[b[1]] += 1
-        labels = {}
-        for p in results.points:
-            if p.ok:
-                label = backend_label(p.backend_kind, p.backend, kinds)
-                labels[(p.backend, p.point_key)] = label
-                column.points[(label, p.point_key)] = p
-        for m in sorted(rows, key=lambda m: (m.repeat, m.pk)):
-            label = labels.get((m.backend, m.point_key))
-            if label is None or m.status != "succeeded":
-                continue
-            side = column.sides.setdefault((label, m.point_key), engine.Side())
-            side.metrics.append(m.metrics or {})
-            column.ids.setdefault((label, m.point_key), []).append(m.pk)
-        columns.append(column)
+    views = runview.load_many([runs[i] for i in ids])
+    columns = [_column(view) for view in views]
     base = ids.index(baseline)
-    reference = columns[base].components
+    reference = columns[base].view.components
     for i, column in enumerate(columns):
         if i == base:
             continue
-        if reference is None or column.components is None:
+        parts = column.view.components
+        if reference is None or parts is None:
             column.comparable = column.run.fingerprint == columns[base].run.fingerprint != ""
-        elif rf.fingerprint_of(reference) != rf.fingerprint_of(column.components):
+        elif rf.fingerprint_of(reference) != rf.fingerprint_of(parts):
             column.comparable = False
-            column.differences = rf.differences(reference, column.components)
+            column.differences = rf.differences(reference, parts)
     refs, rows = metric_rows(columns, base)
     judge(user, columns, base, rows)
-    diff = environment_diff(
-        [
-            environment_fields(c.run, c.environment.snapshot if c.environment else None)
-            for c in columns
-        ]
-    )
+    diff = environment_diff([environment_fields(c.view) for c in columns])
     return Comparison(columns, base, rows, diff, refs)

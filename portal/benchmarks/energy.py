@@ -134,13 +134,19 @@ def _values(point: pts.PointStats) -> dict[str, float]:
     return {k: point.mean[k] for k in tm.DERIVED_KEYS if point.mean.get(k) is not None}
 
 
+def _loop(reference: pts.PointStats | None) -> str:
+    if reference is None or reference.backend_kind == "hf-sequential":
+        return "the HF loop"
+    return f"the {reference.backend} baseline"
+
+
 def summarize(
     run: Run, results: pts.RunResults, telemetry: Mapping[int, Mapping[str, Any]]
 ) -> EnergySummary:
     """The run page's block from its points and their telemetry (``samples.telemetry``:
     the runner's reason when NVML was not readable, the price used)."""
     out = EnergySummary()
-    hf = next((p for p in results.points if p.backend_kind == "hf-sequential" and p.ok), None)
+    hf = results.reference  # the one reference rule (points.RunResults.reference)
     hf_j = hf.get(ENERGY_KEY) if hf else None
     for point in results.points:
         if not point.ok or point.backend_kind == "endpoint":
@@ -172,8 +178,8 @@ def summarize(
     if best is not None and best.fewer_joules_than_hf:
         out.headline = (
             f"{best.point.backend} at {best.point.short} used "
-            f"{best.fewer_joules_than_hf:.1f}x fewer joules per output token than the HF loop "
-            f"({best.values[ENERGY_KEY]:.3g} J vs {hf_j:.3g} J)"
+            f"{best.fewer_joules_than_hf:.1f}x fewer joules per output token than "
+            f"{_loop(hf)} ({best.values[ENERGY_KEY]:.3g} J vs {hf_j:.3g} J)"
         )
     return out
 

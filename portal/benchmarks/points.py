@@ -11,8 +11,9 @@ mean the same thing everywhere.
 - ``measurement_values(m)``: one measurement's numbers under those keys.
 - ``aggregate(measurements)``: ``PointStats`` per (backend, point): mean, sample standard
   deviation, min and max across the succeeded repeats, failures counted.
-- ``run_results(run)``: the run's ``RunResults`` in one query (two when the spec has an
-  SLO and the client reported no goodput: the per-request arrays it needs).
+- ``RunResults``: a run's points; ``portal.benchmarks.runview.load`` builds it with the
+  rest of the run, in one query (two when the spec has an SLO and the client reported no
+  goodput: the per-request arrays it needs).
 - ``PointStats.uncertainty(key)``: how well a number is known: a t interval over the
   repeats, or for a point measured once its request-level interval
   (``attach_request_intervals``: one query, samples through ``portal.benchmarks.samples``).
@@ -28,8 +29,8 @@ from typing import Any
 
 from django.conf import settings
 
-from portal.benchmarks import goodput, queries, samples
-from portal.benchmarks.models import Measurement, Run
+from portal.benchmarks import goodput, samples
+from portal.benchmarks.models import Measurement
 from runners import sla
 from runners import spec as rs
 from servebench import stats
@@ -477,16 +478,6 @@ def without_superseded(spec: rs.Spec | None, measurements: list[Any]) -> list[An
     """``measurements`` less the SLA search measurements a confirmation replaced
     (``runners.sla.superseded``): a point's numbers are its confirmation's."""
     return sla.without_superseded(spec, measurements, lambda m: (m.backend, m.point_key, m.repeat))
-
-
-def run_results(run: Run) -> RunResults:
-    """A run's points (one query; two with an SLO whose goodput must be computed)."""
-    parsed = stored_spec(run.spec)  # once, for the SLO and the SLA search
-    measurements = without_superseded(parsed, list(queries.run_measurements(run)))
-    slo = spec_slo(parsed)
-    extra = goodput_extra(measurements, lambda m: slo)
-    server = [m.server_metrics for m in measurements if isinstance(m.server_metrics, dict)]
-    return RunResults(aggregate(measurements, extra), slo, server, spec_sweeps(run.spec))
 
 
 # Per-request arrays a run page reads for request-level intervals: not the token gaps

@@ -8,11 +8,12 @@ from typing import Any
 
 from portal.benchmarks import commands, sharing
 from portal.benchmarks import points as pts
-from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks.models import Measurement, Run
 from portal.benchmarks.points import PointStats, RunResults
+from portal.benchmarks.runview import LoadedRun
 from portal.benchmarks.services import image_allowed
+from runners import envfacts
 from runners import spec as rs
-from runners.environment import get as env_get
 from servebench import verdict
 
 
@@ -150,63 +151,9 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
     }
 
 
-def environment_of(run: Run) -> Environment | None:
-    try:
-        return run.environment
-    except Environment.DoesNotExist:
-        return None
-
-
-ENV_FACTS = [
-    ("GPU", "gpu.model"),
-    ("GPU count", "gpu.count"),
-    ("GPU memory (MiB)", "gpu.memory_total_mib"),
-    ("Driver", "gpu.driver_version"),
-    ("CUDA (driver)", "gpu.cuda_driver_version"),
-    ("CUDA (runtime)", "software.cuda_runtime"),
-    ("vLLM", "software.vllm"),
-    ("PyTorch", "software.torch"),
-    ("Transformers", "software.transformers"),
-    ("Python", "software.python"),
-    ("Model", "model.id"),
-    ("Model revision", "model.revision"),
-    ("Revision source", "model.revision_source"),
-    ("dtype", "benchmark.dtype"),
-    ("Max model length", "benchmark.max_model_len"),
-    ("Prompt tokens", "benchmark.input_len"),
-    ("Output tokens", "benchmark.output_len"),
-    ("ignore-eos", "benchmark.ignore_eos"),
-    ("Concurrency", "benchmark.concurrency"),
-    ("Arrivals", "benchmark.arrival"),
-    ("Warm-ups", "benchmark.warmups"),
-    ("Host", "host.hostname"),
-    ("OS", "host.os"),
-    ("Kernel", "host.kernel"),
-    ("CPU", "host.cpu_model"),
-    ("CPU count", "host.cpu_count"),
-    ("Kubernetes node", "kubernetes.node"),
-    ("Kubernetes pod", "kubernetes.pod"),
-    ("Image", "container.image"),
-    ("Image digest", "container.image_digest"),
-]
-
-
-def _display(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(_display(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_display(v)}" for k, v in value.items())
-    return str(value)
-
-
 def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the facts a reader checks first; the rest is in the JSON."""
-    facts = []
-    for label, path in ENV_FACTS:
-        value = env_get(snapshot, path)
-        if value is not None:
-            facts.append((label, _display(value)))
-    return facts
+    return envfacts.facts(snapshot, envfacts.SHOWN)
 
 
 _ABSENT = {"", "none", "unknown"}
@@ -218,7 +165,7 @@ def _known(value: Any) -> str:
     return "" if text.strip().lower() in _ABSENT else text
 
 
-def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+def reproduce_commands(view: LoadedRun, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything needed to run it again: the runner command for the whole spec (and in
     the image it ran in), per point the exact vLLM commands, the HF baseline command, the
     image and digest, and the package list. One query (the commands of repeat 0)."""
@@ -226,7 +173,9 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
     per_point: dict[str, dict[str, str]] = {}
     hf: dict[str, str] = {}
     replaced: list[str] = []
-    spec = rs.parse_spec(run.spec, stored=True)
+    run, spec = view.run, view.spec
+    if spec is None:
+        raise rs.SpecError([{"field": "spec", "message": "the stored spec no longer parses"}])
     rows = (
         Measurement.objects.filter(run=run, repeat=0)
         .order_by("backend", "sweep", "value")
@@ -245,8 +194,8 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
             per_point[f"{backend} {point_key}"] = found["commands"]
     spec_file = f"servebench-{run.short_id}-spec.yaml"
     runner = f"python -m runners run {spec_file} --out result.json"
-    image = _known(env_get(snapshot, "container.image"))
-    digest = _known(env_get(snapshot, "container.image_digest"))
+    image = _known(envfacts.lookup(snapshot, "container.image"))
+    digest = _known(envfacts.lookup(snapshot, "container.image_digest"))
     container = ""
     if digest and not _DIGEST.fullmatch(digest):
         digest = ""
@@ -259,7 +208,7 @@ def reproduce_commands(run: Run, snapshot: dict[str, Any] | None = None) -> dict
             'docker run --rm --init --gpus all -v "$PWD:/work" -w /work '
             f"{shlex.quote(ref)} run {spec_file} --out result.json"
         )
-    packages = env_get(snapshot, "packages")
+    packages = envfacts.lookup(snapshot, "packages")
     package_list = (
         "\n".join(f"{name}=={version}" for name, version in sorted(packages.items()))
         if isinstance(packages, dict)

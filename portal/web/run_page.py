@@ -31,12 +31,12 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.template.loader import render_to_string
 
-from portal.benchmarks import capacity, goodput, queries, reproduce, sharing
+from portal.benchmarks import capacity, goodput, queries, reproduce, runview, sharing
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.queue import queue_info
 from portal.dispatch import runlog
-from portal.web import figures, pagecache, presenters, tables, telemetry
+from portal.web import figures, pagecache, presenters, sla_search, tables, telemetry
 from portal.web.figures.common import AXIS_SHORT
 from runners import spec as rs
 
@@ -155,16 +155,18 @@ FRAGMENTS = {
 
 def results_part(run: Run, manager: bool) -> dict[str, Any]:
     """What the page derives from the run's data (module docstring), with its heavy
-    sections rendered (``fragments``)."""
-    results = pts.run_results(run)
+    sections rendered (``fragments``). The run is loaded once (``runview.load``)."""
+    view = runview.load(run)
+    results = view.results
+    assert results is not None
     pts.attach_request_intervals(results)  # the headline's and the table's noise
     headline = presenters.summary(results)
     for point in results.points:  # runner text: one line each for who does not manage it
         point.errors = [sharing.error_for(manager, e) for e in point.errors]
-    environment = presenters.environment_of(run)
+    environment = view.environment
     # Credentials never show, whoever reads (stored snapshots from before ingestion
     # scrubbed them included).
-    snapshot = sharing.scrub_value(environment.snapshot) if environment else {}
+    snapshot = sharing.scrub_value(view.snapshot)
     plan = (
         None
         if environment is None
@@ -203,8 +205,9 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "has_environment": environment is not None,
         "env_facts": presenters.environment_facts(snapshot),
         "snapshot": snapshot,
-        "reproduce": presenters.reproduce_commands(run, snapshot),
-        "spec_yaml": rs.dump_spec(rs.parse_spec(run.spec, stored=True)),
+        "reproduce": presenters.reproduce_commands(view, snapshot),
+        "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",
+        "sla_section": sla_search.section(view),
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py

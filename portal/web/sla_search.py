@@ -5,7 +5,7 @@ and path of each SLA search (``runners.sla`` through ``services.sla_searches``, 
 numbers the result document, the API and the CLI give), what each endpoint said about
 itself (the environment's ``endpoints``), and a note wherever an endpoint's output
 lengths could not be forced (``raw["servebench"]``, ``runners.vllm_bench.request_facts``).
-Three queries, none per row.
+Two queries, none per row (the run is loaded once: ``runview``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from portal.benchmarks import services
-from portal.benchmarks.models import Environment, Measurement, Run
+from portal.benchmarks.models import Measurement, Run
+from portal.benchmarks.runview import LoadedRun
 from runners import spec as rs
 
 MAX_NOTES = 12
@@ -74,9 +75,8 @@ def _endpoint_notes(run: Run) -> list[str]:
     return notes
 
 
-def _endpoints(run: Run) -> list[dict[str, Any]]:
-    snapshot = Environment.objects.filter(run=run).values_list("snapshot", flat=True).first()
-    found = (snapshot or {}).get("endpoints") if isinstance(snapshot, dict) else None
+def _endpoints(view: LoadedRun) -> list[dict[str, Any]]:
+    found = view.snapshot.get("endpoints")
     if not isinstance(found, dict):
         return []
     out = []
@@ -99,17 +99,14 @@ def _endpoints(run: Run) -> list[dict[str, Any]]:
     return out
 
 
-def section(run: Run) -> dict[str, Any] | None:
-    """What ``_sla_search.html`` shows for ``run``, or None when it has neither an SLA
+def section(view: LoadedRun) -> dict[str, Any] | None:
+    """What ``_sla_search.html`` shows for the run, or None when it has neither an SLA
     search nor an endpoint backend."""
-    try:
-        spec = rs.parse_spec(run.spec, stored=True)
-    except rs.SpecError:
-        return None
-    if spec.sla_search is None and not spec.endpoint_backends:
+    spec, run = view.spec, view.run
+    if spec is None or (spec.sla_search is None and not spec.endpoint_backends):
         return None
     searches = services.sla_searches(run, spec) if spec.sla_search else []
-    endpoints = _endpoints(run) if spec.endpoint_backends else []
+    endpoints = _endpoints(view) if spec.endpoint_backends else []
     notes = _endpoint_notes(run) if spec.endpoint_backends else []
     return {
         "searches": [_search_view(s) for s in searches],

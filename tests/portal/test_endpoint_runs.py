@@ -320,7 +320,7 @@ def test_a_confirmed_load_shows_the_confirmations_numbers_not_a_mean_with_the_st
     """The low end stalled (3,100 ms), then met the SLO measured again (100 ms): its row,
     charts, exports and compare's verdicts read 100 ms over one measurement, as the
     search's verdict does; the stall stays stored and in the search's path."""
-    from portal.benchmarks import points as pts
+    from portal.benchmarks import runview
     from servebench import compare as sc
 
     run, runner = searching
@@ -328,7 +328,7 @@ def test_a_confirmed_load_shows_the_confirmations_numbers_not_a_mean_with_the_st
     low = rs.search_point(spec, 1)
     assert post(runner, run, "measurements", body(spec, low, 3100.0)).status_code == 201
     assert post(runner, run, "measurements", body(spec, low, 100.0, repeat=1)).status_code == 201
-    (point,) = [p for p in pts.run_results(run).points if p.point_key == low.key]
+    (point,) = [p for p in runview.load(run).results.points if p.point_key == low.key]
     assert (point.repeats, point.mean["p99_ttft_ms"], point.failed) == (1, 100.0, 0)
     (search,) = services.sla_searches(run)
     assert [s["metrics"]["p99_ttft_ms"] for s in search["path"]] == [3100.0, 100.0]

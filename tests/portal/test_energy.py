@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from energydata import COST, J_PER_TOKEN, cpu_point, hf_body, ingest, point_spec, with_gpus
 
-from portal.benchmarks import energy, samples, services
-from portal.benchmarks import points as pts
+from portal.benchmarks import energy, runview, samples, services
 from portal.benchmarks.compare import compare
 from portal.web import telemetry as web_telemetry
 from runners import result as rr
@@ -100,14 +99,14 @@ def test_a_run_without_nvml_has_no_energy_and_says_why(cpu_run: Any):
     assert not set(row.metrics) & set(energy.tm.DERIVED_KEYS)
     telemetry = samples.telemetry([row])[row.pk]
     assert telemetry["gpu"]["status"].startswith("not measured (no NVML): ")
-    results = pts.run_results(cpu_run)
+    results = runview.load(cpu_run).results
     summary = energy.summarize(cpu_run, results, {row.pk: telemetry})
     assert not summary.measured and not summary.priced
     assert summary.not_measured.startswith("not measured (no NVML): NVML")
 
 
 def test_the_summary_says_how_many_fewer_joules_than_the_hf_loop(gpu_run: Any):
-    results = pts.run_results(gpu_run)
+    results = runview.load(gpu_run).results
     telemetry = samples.telemetry([p.ids[0] for p in results.points])
     summary = energy.summarize(gpu_run, results, telemetry)
     assert summary.measured and summary.priced
@@ -122,7 +121,7 @@ def test_an_unpriced_gpu_says_how_to_price_it(make_run: Any, spec_dict: Any, set
     run = make_run(spec=point_spec(spec_dict), status="running")
     row = ingest(run, with_gpus(cpu_point()))
     assert J_PER_TOKEN in row.metrics and COST not in row.metrics
-    results = pts.run_results(run)
+    results = runview.load(run).results
     summary = energy.summarize(run, results, samples.telemetry([row]))
     assert "set resources.gpu_hour_price" in summary.unpriced
 
@@ -137,7 +136,7 @@ def test_the_run_page_shows_energy_cost_and_the_time_series(client: Any, gpu_run
     assert 'id="energy-table"' in page and "10.0x fewer joules" in page
     assert "Cost per 1M output tokens" in page and "EUR" in page
     assert 'id="telemetry-data"' in page and "web/telemetry.js" in page
-    results = pts.run_results(gpu_run)
+    results = runview.load(gpu_run).results
     part = web_telemetry.page_part(gpu_run, results)
     vllm = next(p for p in part["points"] if p["label"].startswith("vllm"))
     assert part["default"] == vllm["id"]

@@ -14,7 +14,7 @@ import webdata
 from django.test import Client
 
 from portal.benchmarks import points as pts
-from portal.benchmarks import samples
+from portal.benchmarks import runview, samples
 from portal.benchmarks.models import Measurement
 
 pytestmark = pytest.mark.django_db
@@ -73,7 +73,7 @@ def test_repeats_show_their_spread_and_a_wide_one_is_a_warning(make_user: Any) -
 def test_request_level_intervals_come_from_the_samples(make_user: Any) -> None:
     owner = make_user("alice")
     run = webdata.make_sweep_run(owner, [4])
-    results = pts.run_results(run)
+    results = runview.load(run).results
     pts.attach_request_intervals(results)
     point = next(p for p in results.points if p.backend_kind == "vllm")
     detail = samples.details(Measurement.objects.filter(pk=point.ids[0]))[point.ids[0]]

@@ -23,8 +23,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.benchmarks import points as pts
-from portal.benchmarks import presets, queries, reproduce, services, sharing
+from portal.benchmarks import presets, queries, reproduce, runview, services, sharing
 from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run
 from portal.benchmarks.queue import queue_info
 from portal.web import run_page, tables
@@ -243,7 +242,7 @@ def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
     """The summary table: one row per backend and point, each metric's mean and std."""
     run = run_or_404(request, public_id)
     response = HttpResponse(
-        tables.as_csv(pts.run_results(run)), content_type="text/csv; charset=utf-8"
+        tables.as_csv(runview.load(run).results), content_type="text/csv; charset=utf-8"
     )
     response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-points.csv"'
     return response
@@ -253,7 +252,7 @@ def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
 @permalink
 def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    body = {"run": run.public_id, "points": tables.records(pts.run_results(run))}
+    body = {"run": run.public_id, "points": tables.records(runview.load(run).results)}
     response = JsonResponse(body, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = (
         f'attachment; filename="servebench-{run.short_id}-points.json"'

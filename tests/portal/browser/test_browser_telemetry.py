@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from energydata import cpu_point, hf_body, ingest, point_spec, with_gpus
 
-from portal.benchmarks import points as pts
+from portal.benchmarks import runview
 from portal.benchmarks.models import Run
 from portal.web import telemetry as web_telemetry
 
@@ -35,7 +35,7 @@ def finished(run: Any) -> Any:
 
 
 def expected(run: Any, point_id: str) -> dict[str, Any]:
-    part = web_telemetry.page_part(run, pts.run_results(run))
+    part = web_telemetry.page_part(run, runview.load(run).results)
     return next(p for p in part["points"] if p["id"] == point_id)
 
 
