@@ -3,6 +3,7 @@ and turn the verdict into an exit code a CI job can gate on.
 
     servebench submit spec.yaml --wait --baseline latest:main --summary comment.md
     servebench compare BASE CANDIDATE --metric output_throughput --metric p99_ttft_ms
+    servebench compare base.json candidate.json       # offline: two runner result files
     servebench baseline RUN --label main
 
 Exit codes (the contract CI scripts rely on):
@@ -11,7 +12,13 @@ Exit codes (the contract CI scripts rely on):
 - 1: ``compare`` / ``submit --baseline`` found a regression (beyond threshold and noise).
 - 2: a usage error, or the portal could not do it: unreachable, token refused, spec
   invalid (with its field), run failed (with its reason), wait timed out; or the two runs
-  are not comparable (their fingerprints differ: the table is printed, no change judged).
+  are not comparable (they measured different workloads or hardware: the table is
+  printed, no change judged); or, with ``--refuse-contended``, either run was measured
+  under CPU contention.
+
+Two runs of one workload on one kind of hardware are comparable whatever else differs:
+a changed engine flag, model variant, quantization or engine version is the change
+being judged, listed as "what changed" above the verdict.
   One line on stderr says which and what to do next.
 
 A change whose run-to-run noise was not measured (one repeat, no history of the series)
@@ -140,6 +147,11 @@ def _verdict_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument(
+        "--refuse-contended",
+        action="store_true",
+        help="exit 2 instead of judging when either run was measured under CPU contention",
+    )
+    parser.add_argument(
         "--summary",
         metavar="FILE",
         help="also write the Markdown summary (for a PR comment) to FILE",
@@ -210,10 +222,21 @@ def build_parser() -> Parser:
     p.add_argument("spec", help="spec file (YAML or JSON)")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("compare", help="compare CANDIDATE with BASE; exit 1 on a regression")
+    p = sub.add_parser(
+        "compare",
+        help="compare CANDIDATE with BASE (runs, or result files offline); exit 1 on a regression",
+    )
     _common(p, suppress=True)
-    p.add_argument("base", metavar="BASE", help="run id, page URL or latest:<label>")
-    p.add_argument("candidate", metavar="CANDIDATE", help="run id, page URL or latest:<label>")
+    p.add_argument(
+        "base",
+        metavar="BASE",
+        help="run id, page URL, latest:<label>, or a result file (python -m runners run --out)",
+    )
+    p.add_argument(
+        "candidate",
+        metavar="CANDIDATE",
+        help="run id, page URL, latest:<label>, or a result file",
+    )
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.add_argument("--markdown", action="store_true", help="same as --format markdown")
     _verdict_options(p)
@@ -362,7 +385,9 @@ def series_history(client: Client, base: dict, cand: dict) -> History | None:
     fingerprint, owner = base.get("fingerprint") or "", base.get("owner") or ""
     if not fingerprint or fingerprint != cand.get("fingerprint") or not owner:
         return None
-    body = client.noise_history(fingerprint, owner, cand["id"])
+    body = client.noise_history(
+        fingerprint, owner, cand["id"], base.get("config_fingerprint") or ""
+    )
     out: dict[tuple[str, str], dict[str, list[float]]] = {}
     for item in body.get("series") or []:
         key = (str(item.get("backend")), str(item.get("point")))
@@ -378,6 +403,24 @@ def not_comparable(comparison: Comparison, base: dict, cand: dict) -> str:
         "them is judged. Compare with a run of the same configuration (latest:<label> finds "
         "one), or mark a baseline for the new configuration (servebench baseline RUN --label L)"
     )
+
+
+def judged(comparison: Comparison, args: argparse.Namespace, base: dict, cand: dict) -> int:
+    """The exit code of a comparison (module doc), saying on stderr why it is 2."""
+    if not comparison.comparable:
+        err(f"servebench: error: {not_comparable(comparison, base, cand)}")
+        return EXIT_ERROR
+    if comparison.is_contended:
+        text = comparison.contention_text()
+        if getattr(args, "refuse_contended", False):
+            err(
+                f"servebench: error: not judged (--refuse-contended): {text} Run it again "
+                "on a machine that runs nothing else, or give the runner cores of its own "
+                "(resources / SERVEBENCH_CPUS)."
+            )
+            return EXIT_ERROR
+        err(f"servebench: warning: {text}")
+    return EXIT_REGRESSION if comparison.regressed else EXIT_OK
 
 
 def write_summary(path: str | None, text: str) -> None:
@@ -502,10 +545,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print()
         print(render.comparison_table(comparison, base, run), end="")
         summary = render.comparison_markdown(comparison, base, run, url)
-        code = EXIT_REGRESSION if comparison.regressed else EXIT_OK
-        if not comparison.comparable:
-            err(f"servebench: error: {not_comparable(comparison, base, run)}")
-            code = EXIT_ERROR
+        code = judged(comparison, args, base, run)
     write_summary(args.summary, summary)
     return code
 
@@ -578,13 +618,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    client = make_client(args)
     metrics_of(args)  # usage errors before any request
     thresholds_of(args)
+    files = [is_result_file(ref) for ref in (args.base, args.candidate)]
+    if all(files):
+        return compare_files(args)
+    if any(files):
+        raise UsageError(
+            "give two result files, or two runs: a file and a run cannot be mixed (download "
+            "the run's result first: servebench results RUN --format json > run.json)"
+        )
+    client = make_client(args)
     base, cand = resolve_pair(client, args.base, args.candidate)
     if base["id"] == cand["id"]:
         raise UsageError(f"BASE and CANDIDATE are the same run {base['id']}")
     comparison, url = run_comparison(client, args, base, cand)
+    show_comparison(args, comparison, base, cand, url)
+    return judged(comparison, args, base, cand)
+
+
+def show_comparison(
+    args: argparse.Namespace, comparison: Comparison, base: dict, cand: dict, url: str
+) -> None:
     fmt = "markdown" if args.markdown else args.format
     if fmt == "json":
         print(render.comparison_json(comparison, base, cand, url), end="")
@@ -593,10 +648,65 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(render.comparison_table(comparison, base, cand), end="")
     write_summary(args.summary, render.comparison_markdown(comparison, base, cand, url))
-    if not comparison.comparable:
-        err(f"servebench: error: {not_comparable(comparison, base, cand)}")
-        return EXIT_ERROR
-    return EXIT_REGRESSION if comparison.regressed else EXIT_OK
+
+
+def is_result_file(ref: str) -> bool:
+    """A compare argument that names a result file rather than a run: a path that exists,
+    or one that ends in .json (so a mistyped file name is not sent to a portal as a run
+    id)."""
+    if ref.startswith("latest:") or "://" in ref:
+        return False
+    return ref.endswith(".json") or Path(ref).is_file()
+
+
+def read_document(path: str, role: str) -> dict:
+    """A result document (``python -m runners run --out``) from ``path``, or a one-line
+    error naming the file and what is wrong with it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{role}: {path} is not JSON ({exc})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("measurements"), list):
+        raise UsageError(
+            f"{role}: {path} is not a result document (python -m runners run --out FILE "
+            "writes one; GET /api/v1/runs/ID/result gives one)"
+        )
+    status = document.get("status")
+    if status not in (None, "succeeded"):
+        raise ServebenchError(
+            f"{role} {path} is {status}: compare needs two succeeded runs "
+            f"({render.first_error(document)})"
+        )
+    return document
+
+
+def compare_files(args: argparse.Namespace) -> int:
+    """``servebench compare base.json candidate.json``: the same verdict and exit codes
+    without a portal (no series history: the noise comes from the runs' repeats)."""
+    if args.bootstrap < 100:
+        raise UsageError("--bootstrap: use at least 100 resamples (2000 is the default)")
+    documents = [read_document(args.base, "BASE"), read_document(args.candidate, "CANDIDATE")]
+    refs = [
+        {"id": Path(path).name, "name": str((doc.get("spec") or {}).get("name") or "")}
+        for path, doc in zip((args.base, args.candidate), documents, strict=True)
+    ]
+    threshold, per_metric = thresholds_of(args)
+    comparison = compare_documents(
+        documents[0],
+        documents[1],
+        metrics_of(args),
+        threshold=threshold,
+        thresholds=per_metric,
+        confidence=args.confidence,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
+    show_comparison(args, comparison, refs[0], refs[1], "")
+    return judged(comparison, args, refs[0], refs[1])
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:

@@ -181,10 +181,20 @@ class Client:
     def baselines(self, *, label: str = "", fingerprint: str = "", owner: str = "") -> Any:
         return self.get("baselines/", label=label, fingerprint=fingerprint, owner=owner)
 
-    def noise_history(self, fingerprint: str, owner: str, before: str) -> dict[str, Any]:
+    def noise_history(
+        self, fingerprint: str, owner: str, before: str, configuration: str = ""
+    ) -> dict[str, Any]:
         """GET /history/?point=*: the earlier runs of ``owner``'s series ``fingerprint``
-        (created before the run ``before``) and their values per point and metric."""
-        return self.get("history/", fingerprint=fingerprint, point="*", owner=owner, before=before)
+        (of the configuration ``configuration``, when given; created before the run
+        ``before``) and their values per point and metric."""
+        return self.get(
+            "history/",
+            fingerprint=fingerprint,
+            point="*",
+            owner=owner,
+            before=before,
+            configuration=configuration,
+        )
 
 
 def _seg(value: str) -> str:

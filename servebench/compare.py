@@ -5,9 +5,13 @@ Input is the result document (``runners.result.ResultDocument`` JSON, as
 comparison needs no portal: two ``--out`` files compare the same way. The verdict is
 ``servebench.verdict.compare_metric``, the engine the portal's pages call too.
 
-- **Comparable?** Each document's spec and environment give its fingerprint's components
-  (``runners.fingerprint``); when they differ, every metric is ``not comparable`` and the
-  differences are listed.
+- **Comparable?** Each document's spec and environment give its two identities
+  (``runners.fingerprint``: what it measured, what it put under test), computed here and
+  never taken from a stored field. When the measurements differ (workload, points, GPU),
+  every metric is ``not comparable`` and the differences are listed; when they agree,
+  the configuration and software differences are the change being judged (``changes``).
+- **Contention**: the points each side measured under CPU contention
+  (``conditions.contended``) are listed; a gate may refuse to judge them.
 - **Points** match by (backend, point key). A backend is named by its kind (``vllm``,
   ``hf-sequential``) when it is its run's only backend of that kind, as on the portal's
   compare page, so runs whose single vLLM backends carry different names still line up.
@@ -95,6 +99,30 @@ class Comparison:
     seed: int
     comparable: bool = True
     differences: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    quality_note: str = ""
+    # Points measured under CPU contention, per side ("base", "candidate").
+    contended: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def is_contended(self) -> bool:
+        return any(self.contended.values())
+
+    def contention_text(self) -> str:
+        """One sentence on which side was measured under contention ('' when neither)."""
+        sides = [
+            f"the {side} ({len(points)} point{'s' if len(points) != 1 else ''}: "
+            f"{', '.join(points[:3])}{', ...' if len(points) > 3 else ''})"
+            for side, points in self.contended.items()
+            if points
+        ]
+        if not sides:
+            return ""
+        return (
+            f"Measured under CPU contention: {' and '.join(sides)}; other processes took "
+            "the cores its measurement needed, so a change may be the machine, not the "
+            "configuration."
+        )
 
     @property
     def regressions(self) -> list[tuple[PointComparison, MetricVerdict]]:
@@ -112,6 +140,9 @@ class Comparison:
             "regressed": self.regressed,
             "comparable": self.comparable,
             "differences": self.differences,
+            "changes": self.changes,
+            "quality_note": self.quality_note,
+            "contended": self.contended,
             "verdicts": dict(self.counts()),
             "metrics": self.metrics,
             "threshold": self.threshold,
@@ -172,25 +203,56 @@ def backend_label(kind: str, name: str, kinds: Mapping[str, int]) -> str:
     return kind if kind and kinds.get(kind, 0) == 1 else name
 
 
-def comparability(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> tuple[bool, list[str]]:
-    """(comparable, what differs) from two documents' specs and environments, by
-    ``runners.fingerprint``; a spec that does not parse falls back to the documents'
-    ``fingerprint`` fields."""
+@dataclass
+class Placement:
+    """How a candidate document stands against its base (``runners.fingerprint``)."""
+
+    comparable: bool
+    differences: list[str] = field(default_factory=list)  # what it measured differently
+    changes: list[str] = field(default_factory=list)  # what it changed: the judged change
+    quality_note: str = ""
+
+
+def identity_of(document: Mapping[str, Any]) -> rf.Identity | None:
+    """The document's identities, computed from its spec and environment (never taken
+    from a stored field); None when its spec does not parse."""
     try:
-        a = rf.components(
-            rs.parse_spec(base.get("spec"), stored=True), base.get("environment") or None
-        )
-        b = rf.components(
-            rs.parse_spec(candidate.get("spec"), stored=True), candidate.get("environment") or None
-        )
+        spec = rs.parse_spec(document.get("spec"), stored=True)
     except rs.SpecError:
+        return None
+    environment = document.get("environment")
+    return rf.Identity.of(spec, environment if isinstance(environment, Mapping) else None)
+
+
+def placement(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> Placement:
+    """Comparable when both documents measured the same thing (workload, points, GPU);
+    then their configuration and software changes are what is judged. A spec that does
+    not parse falls back to the documents' ``fingerprint`` fields."""
+    a, b = identity_of(base), identity_of(candidate)
+    if a is None or b is None:
         same = bool(base.get("fingerprint")) and base.get("fingerprint") == candidate.get(
             "fingerprint"
         )
-        return same, [] if same else ["fingerprint"]
-    if rf.fingerprint_of(a) == rf.fingerprint_of(b):
-        return True, []
-    return False, [str(d) for d in rf.differences(a, b)]
+        return Placement(same, [] if same else ["fingerprint"])
+    differences = a.differences(b)
+    if differences:
+        return Placement(False, [str(d) for d in differences])
+    return Placement(True, [], [d.change for d in a.changes(b)], rf.quality_note(a, b))
+
+
+def contended_points(document: Mapping[str, Any]) -> list[str]:
+    """'backend point' of each succeeded measurement the runner took under CPU
+    contention (``runners.conditions``), in document order, once each."""
+    out: list[str] = []
+    for m in document.get("measurements") or []:
+        if not isinstance(m, Mapping) or m.get("status") != "succeeded":
+            continue
+        conditions = m.get("conditions")
+        if isinstance(conditions, Mapping) and conditions.get("contended"):
+            where = f"{m.get('backend')} {(m.get('point') or {}).get('key')}"
+            if where not in out:
+                out.append(where)
+    return out
 
 
 def compare_documents(
@@ -214,7 +276,8 @@ def compare_documents(
     parsed = [parse_metric(name) for name in metrics]
     keys = list(dict.fromkeys(m.key for m in parsed))
     per_metric = {parse_metric(k).key: v for k, v in (thresholds or {}).items()}
-    comparable, differences = comparability(base, candidate)
+    placed = placement(base, candidate)
+    comparable = placed.comparable
     base_points = points_of(base)
     cand_points = points_of(candidate)
     compared: list[PointComparison] = []
@@ -251,7 +314,10 @@ def compare_documents(
         n_boot=n_boot,
         seed=seed,
         comparable=comparable,
-        differences=differences,
+        differences=placed.differences,
+        changes=placed.changes,
+        quality_note=placed.quality_note,
+        contended={"base": contended_points(base), "candidate": contended_points(candidate)},
     )
 
 

@@ -140,6 +140,19 @@ def progress(run: Mapping[str, Any]) -> str:
     return f"{p.get('done', 0)}/{p.get('total', 0)} points"
 
 
+def first_error(document: Mapping[str, Any], limit: int = 300) -> str:
+    """A result document's first error, one line (what made it fail or partial)."""
+    for error in document.get("errors") or []:
+        message = error.get("message") if isinstance(error, Mapping) else error
+        if message:
+            line = next((x.strip() for x in str(message).splitlines() if x.strip()), "")
+            return line[:limit]
+    failed = [m for m in _measurements(document) if m.get("status") != "succeeded"]
+    if failed:
+        return f"{len(failed)} measurement(s) failed: {str(failed[0].get('error') or '')[:limit]}"
+    return "no error recorded"
+
+
 def failure(run: Mapping[str, Any], limit: int = 400) -> str:
     """Why a run failed, on one line: the portal's reason, plus the first error of a
     measurement or of the runner when the reason only points at them."""
@@ -333,8 +346,17 @@ def comparison_table(
         "the threshold and beyond the run-to-run noise (repeats or the series' history)",
     ]
     if not comparison.comparable:
-        out.append("NOT COMPARABLE: the runs' fingerprints differ; no change is judged. Differs:")
+        out.append(
+            "NOT COMPARABLE: the runs measured different things (workload or hardware); "
+            "no change is judged. Differs:"
+        )
         out += [f"  {d}" for d in comparison.differences or ["the fingerprint"]]
+    else:
+        out.append(f"what changed  {changes_text(comparison)}")
+    if comparison.quality_note:
+        out.append(f"note: {comparison.quality_note}")
+    if comparison.is_contended:
+        out.append(f"CONTENDED: {comparison.contention_text()}")
     for p in comparison.points:
         out += ["", f"{p.label}  (repeats: {p.base_repeats} vs {p.candidate_repeats})"]
         rows = [
@@ -360,7 +382,7 @@ def comparison_table(
         out.append(f"only in base: {label}")
     for label in comparison.only_candidate:
         out.append(f"only in candidate: {label}")
-    out += ["", f"verdict: {verdict_summary(comparison)}"]
+    out += ["", f"verdict: {verdict_summary(comparison)}{contended_suffix(comparison)}"]
     for p, v in comparison.regressions:
         out.append(
             f"  WORSE {p.label} {v.metric}: {pct(v.change)} {interval(v)} "
@@ -372,6 +394,17 @@ def comparison_table(
     for note in notes(comparison):
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"
+
+
+def changes_text(comparison: Comparison) -> str:
+    """'vllm.max_num_seqs: default → 1; vLLM: 0.32.0 → 0.33.1', or 'nothing (...)'."""
+    if comparison.changes:
+        return "; ".join(comparison.changes)
+    return "nothing in the configuration or software (a re-run: any change is noise)"
+
+
+def contended_suffix(comparison: Comparison) -> str:
+    return " (measured under CPU contention: see above)" if comparison.is_contended else ""
 
 
 def headline_icon(comparison: Comparison) -> str:
@@ -401,8 +434,15 @@ def comparison_markdown(
     bpage = (base.get("links") or {}).get("page", "")
     cpage = (candidate.get("links") or {}).get("page", "")
     lines = [
-        f"### {icon} servebench: {verdict_summary(comparison)}",
+        f"### {icon} servebench: {verdict_summary(comparison)}{contended_suffix(comparison)}",
         "",
+        *(
+            [f"**What changed:** {md(changes_text(comparison))}", ""]
+            if comparison.comparable
+            else []
+        ),
+        *([f"> ⚠️ {md(comparison.contention_text())}", ""] if comparison.is_contended else []),
+        *([f"> {md(comparison.quality_note)}", ""] if comparison.quality_note else []),
         f"Candidate [{md(_run_ref(candidate))}]({md_url(cpage)}) against base "
         f"[{md(_run_ref(base))}]({md_url(bpage)})"
         + (f" · [compare page]({md_url(compare_url)})" if md_url(compare_url) else ""),

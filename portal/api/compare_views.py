@@ -80,6 +80,11 @@ class History(APIView):
             OpenApiParameter("backend", str, description="Backend name (default: the point's)."),
             OpenApiParameter("owner", str, description="With point=*: whose runs (username)."),
             OpenApiParameter("before", str, description="With point=*: runs before this run."),
+            OpenApiParameter(
+                "configuration",
+                str,
+                description="With point=*: only runs of this Run.config_fingerprint.",
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
         description=(
@@ -113,7 +118,10 @@ class History(APIView):
     def _noise(self, request: Request) -> dict[str, Any]:
         params = request.query_params
         fingerprint = params.get("fingerprint", "")
+        configuration = params.get("configuration", "")
         problems = [] if hist.FINGERPRINT_RE.match(fingerprint) else ["fingerprint"]
+        if configuration and not hist.FINGERPRINT_RE.match(configuration):
+            problems.append("configuration")
         problems += [name for name in ("owner", "before") if not params.get(name)]
         if problems:
             message = (
@@ -129,9 +137,12 @@ class History(APIView):
             raise ApiError(404, "not_found", "no run 'before' that you can see") from None
         if owner is None:
             raise ApiError(404, "not_found", f"no user {params['owner'][:60]!r}")
-        runs, values = hist.noise_history(request.user, fingerprint, owner.pk, before)
+        runs, values = hist.noise_history(
+            request.user, fingerprint, owner.pk, before, configuration=configuration
+        )
         return {
             "fingerprint": fingerprint,
+            "configuration": configuration,
             "owner": owner.get_username(),
             "before": before.public_id,
             "lookback": verdict.LOOKBACK,

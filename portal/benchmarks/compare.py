@@ -144,7 +144,10 @@ class Column:
     sides: dict[tuple[str, str], engine.Side] = field(default_factory=dict)
     ids: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     comparable: bool = True
-    differences: list[rf.Difference] = field(default_factory=list)
+    differences: list[rf.Difference] = field(default_factory=list)  # what it measured else
+    changes: list[rf.Difference] = field(default_factory=list)  # what it changed (judged)
+    quality_note: str = ""  # the model changed: answers' quality is not measured
+    contended: list[str] = field(default_factory=list)  # points measured under contention
     history_runs: int = 0
 
     @property
@@ -183,6 +186,10 @@ def _column(view: runview.LoadedRun) -> Column:
         label = labels.get((m.backend, m.point_key))
         if label is None or m.status != "succeeded":
             continue
+        if (m.conditions or {}).get("contended"):
+            where = f"{label} {m.point_key}"
+            if where not in column.contended:
+                column.contended.append(where)
         side = column.sides.setdefault((label, m.point_key), engine.Side())
         side.metrics.append(m.metrics or {})
         column.ids.setdefault((label, m.point_key), []).append(m.pk)
@@ -221,6 +228,11 @@ class Comparison:
     @property
     def baseline_run(self) -> Run:
         return self.columns[self.baseline].run
+
+    @property
+    def contended(self) -> list[Column]:
+        """The runs with a point measured under CPU contention (the reference included)."""
+        return [c for c in self.columns if c.contended]
 
     def headline(self, key: str = "output_throughput") -> list[float | None]:
         """Per run: the median relative difference of ``key`` to the baseline over the
@@ -266,6 +278,12 @@ class Comparison:
                         {"field": d.field, "baseline": d.base, "run": d.other}
                         for d in c.differences
                     ],
+                    "changes": [
+                        {"field": d.name, "baseline": d.base, "run": d.other, "text": d.change}
+                        for d in c.changes
+                    ],
+                    "quality_note": c.quality_note,
+                    "contended": c.contended,
                     "history_runs": c.history_runs,
                     "verdicts": self.counts(i),
                 }
@@ -368,7 +386,13 @@ def judge(
     comparable = [i for i in others if columns[i].comparable]
     if comparable and base.run.fingerprint:
         newest = max(columns[i].run.created_at for i in comparable)
-        series = hist.series_runs(user, base.run.fingerprint, base.run.owner_id, until=newest)
+        series = hist.series_runs(
+            user,
+            base.run.fingerprint,
+            base.run.owner_id,
+            until=newest,
+            configuration=base.run.config_fingerprint,
+        )
         chosen = {i: hist.earlier(series, columns[i].run) for i in comparable}
         union = {r.pk: r for runs in chosen.values() for r in runs}
         values = hist.run_values(list(union.values()))
@@ -416,6 +440,22 @@ def judge(
         row.verdicts[i] = judgement.coloured
 
 
+def place(reference: Column, column: Column) -> None:
+    """How ``column`` stands against the reference run: comparable when both measured the
+    same thing (``runners.fingerprint``: workload, points, GPU); then what it changed
+    (configuration and software) is the change being judged, else what it measured
+    differently is listed and nothing is judged."""
+    a, b = reference.view.identity, column.view.identity
+    if a is None or b is None:  # a spec that no longer parses: the stored fingerprints
+        column.comparable = column.run.fingerprint == reference.run.fingerprint != ""
+        return
+    column.differences = a.differences(b)
+    column.comparable = not column.differences
+    if column.comparable:
+        column.changes = a.changes(b)
+        column.quality_note = rf.quality_note(a, b)
+
+
 def compare(
     user: AbstractBaseUser | AnonymousUser, ids: Sequence[str], baseline: str
 ) -> Comparison:
@@ -427,16 +467,9 @@ def compare(
     views = runview.load_many([runs[i] for i in ids])
     columns = [_column(view) for view in views]
     base = ids.index(baseline)
-    reference = columns[base].view.components
     for i, column in enumerate(columns):
-        if i == base:
-            continue
-        parts = column.view.components
-        if reference is None or parts is None:
-            column.comparable = column.run.fingerprint == columns[base].run.fingerprint != ""
-        elif rf.fingerprint_of(reference) != rf.fingerprint_of(parts):
-            column.comparable = False
-            column.differences = rf.differences(reference, parts)
+        if i != base:
+            place(columns[base], column)
     refs, rows = metric_rows(columns, base)
     judge(user, columns, base, rows)
     diff = environment_diff([environment_fields(c.view) for c in columns])

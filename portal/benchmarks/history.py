@@ -257,14 +257,19 @@ def series_runs(
     owner_id: int,
     *,
     until: datetime | None = None,
+    configuration: str = "",
 ) -> list[SeriesRun]:
     """The succeeded runs of one series that ``user`` may see, oldest first: the runs of
-    ``owner_id`` with this fingerprint (created before ``until``, when given). Only one
-    owner's runs count, so nobody else's runs can widen the noise a gate is judged by.
-    One query over the (fingerprint, created_at) index."""
+    ``owner_id`` with this fingerprint (created before ``until``, when given) and, when
+    ``configuration`` is given, that configuration (``Run.config_fingerprint``): the
+    noise of one configuration is not widened by the changes between configurations.
+    Only one owner's runs count, so nobody else's runs can widen the noise a gate is
+    judged by. One query over the (fingerprint, created_at) index."""
     runs = queries.visible_runs(user).filter(
         fingerprint=fingerprint, owner_id=owner_id, status=RunStatus.SUCCEEDED
     )
+    if configuration:
+        runs = runs.filter(config_fingerprint=configuration)
     if until is not None:
         runs = runs.filter(created_at__lt=until)
     return [
@@ -338,10 +343,14 @@ def noise_history(
     owner_id: int,
     before: Run,
     lookback: int = verdict.LOOKBACK,
+    configuration: str = "",
 ) -> tuple[list[SeriesRun], SeriesValues]:
     """The earlier runs of a series that the verdict's run-to-run noise comes from, and
     their values: the newest ``lookback`` succeeded runs of ``owner_id`` with this
-    fingerprint created before ``before`` (two queries)."""
-    runs = series_runs(user, fingerprint, owner_id, until=before.created_at)
+    fingerprint (and ``configuration``, when given) created before ``before`` (two
+    queries)."""
+    runs = series_runs(
+        user, fingerprint, owner_id, until=before.created_at, configuration=configuration
+    )
     chosen = earlier(runs, before, lookback)
     return chosen, series_values(chosen, run_values(chosen))

@@ -127,7 +127,18 @@ class Run(models.Model):
     fingerprint = models.CharField(
         max_length=64,
         blank=True,
-        help_text="Same model, workload, engine config and GPU type = same fingerprint.",
+        help_text=(
+            "What the run measured (runners.fingerprint.measurement: workload, points, GPU "
+            "type and count): runs with the same fingerprint are comparable."
+        ),
+    )
+    config_fingerprint = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text=(
+            "What the run put under test (runners.fingerprint.configuration: model, every "
+            "backend's engine and flags): the change a comparison judges."
+        ),
     )
     is_public = models.BooleanField(default=False)
 
@@ -161,7 +172,9 @@ class Run(models.Model):
                 condition=Q(status__in=list(ACTIVE_STATUSES)),
                 name="run_active",
             ),
-            # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC.
+            # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC; the
+            # verdict's noise series adds AND owner_id, status, config_fingerprint (a
+            # handful of rows per fingerprint: filtered on the index's rows).
             models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
             # Slot accounting at every dispatch: WHERE holds_slot (a handful of rows).
             models.Index(

@@ -52,12 +52,12 @@ class LoadedRun:
         return pts.spec_slo(self.spec)
 
     @cached_property
-    def components(self) -> dict[str, Any] | None:
-        """The comparable facts (``runners.fingerprint.components``), or None when the spec
-        does not parse."""
+    def identity(self) -> rf.Identity | None:
+        """What the run measured and what it put under test (``runners.fingerprint``),
+        computed from its spec and environment; None when the spec does not parse."""
         if self.spec is None:
             return None
-        return rf.components(self.spec, self.snapshot or None)
+        return rf.Identity.of(self.spec, self.snapshot or None)
 
     @property
     def series_key(self) -> str:

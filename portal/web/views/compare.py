@@ -157,6 +157,12 @@ def comparison_part(
         "ids": ids,
         "baseline_run": comparison.baseline_run,
         "not_comparable": [h for h in headline if not h["column"].comparable],
+        "changed": [
+            comparison.columns[i]
+            for i in order
+            if i != comparison.baseline and comparison.columns[i].comparable
+        ],
+        "contended": comparison.contended,
         "threshold": engine.DEFAULT_THRESHOLD,
         "min_history": engine.MIN_HISTORY,
         "columns": [comparison.columns[i] for i in order],
