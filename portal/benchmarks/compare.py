@@ -167,6 +167,13 @@ class Column:
     def label(self) -> str:
         return f"{self.run.name or self.run.model_id} ({self.run.short_id})"
 
+    @property
+    def gpus(self) -> int:
+        """GPUs the run measured on (its measurement's; 0 on a CPU)."""
+        identity = self.view.identity
+        count = identity.measurement["gpu"]["count"] if identity is not None else None
+        return count if isinstance(count, int) else (self.run.gpu_count or 0)
+
 
 def _column(view: runview.LoadedRun) -> Column:
     """A run's column: its succeeded points keyed by (backend label, point key) and the
@@ -248,6 +255,53 @@ class Comparison:
                 mid = len(deltas) // 2
                 out.append(deltas[mid] if len(deltas) % 2 else (deltas[mid - 1] + deltas[mid]) / 2)
         return out
+
+    # The metrics the ranking orders configurations by: (key, better).
+    RANKED = ("output_throughput", "request_goodput", "p99_ttft_ms", "p50_tpot_ms")
+
+    def ranking(self) -> list[dict[str, Any]]:
+        """Per ranked metric: the comparable runs (the reference included) best first, by
+        the metric's median change against the reference over the points all share
+        (``headline``); a metric no two runs share is left out. Ranks are plain order,
+        not verdicts: the per-point verdicts say which differences are beyond noise."""
+        comparable = [i for i, c in enumerate(self.columns) if c.comparable]
+        out = []
+        for key in self.RANKED:
+            metric = pts.METRIC_BY_KEY.get(key)
+            changes = self.headline(key)
+            found = [(i, 0.0 if i == self.baseline else changes[i]) for i in comparable]
+            found = [(i, c) for i, c in found if c is not None]
+            if metric is None or len(found) < 2:
+                continue
+            sign = -1.0 if metric.better == "higher" else 1.0
+            order = sorted(found, key=lambda item: sign * item[1])
+            out.append({"metric": metric, "order": order})
+        return out
+
+    def efficiency(self) -> list[dict[str, Any]]:
+        """Per comparable run: its load points as (tok/s per user, tok/s per GPU)
+        (``points.efficiency``), and which of all of them are on the Pareto front."""
+        entries = []
+        for i, column in enumerate(self.columns):
+            if not column.comparable:
+                continue
+            gpus = column.gpus
+            found = []
+            for (backend, _key), p in column.points.items():
+                if p.backend_kind != "vllm" and p.backend_kind != "endpoint":
+                    continue
+                if p.axis not in pts.LOAD_AXES:
+                    continue
+                xy = pts.efficiency(p, gpus)
+                if xy is not None:
+                    found.append((xy, p, backend))
+            if found:
+                entries.append({"index": i, "points": found})
+        flat = [(e["index"], xy) for e in entries for xy, _, _ in e["points"]]
+        front = {flat[j] for j in pts.higher_front([xy for _, xy in flat])}
+        for e in entries:
+            e["front"] = [(e["index"], xy) in front for xy, _, _ in e["points"]]
+        return entries
 
     def counts(self, i: int) -> dict[str, int]:
         """Run ``i``'s verdicts against the baseline, per verdict word, in the engine's

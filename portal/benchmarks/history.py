@@ -1,11 +1,13 @@
 """History of one comparable series: a headline metric at one point, run after run.
 
-Runs that share ``Run.fingerprint`` measured the same model, workload, sweeps, engine
-configuration and GPU type, so their numbers line up over time; what may change between
-them is the software (vLLM, PyTorch, driver, CUDA, image). ``history()`` returns one
-value per run (the mean over its repeats; an SLA search load measured again is its
-confirmation's, ``queries.current``) with the versions it ran on, and labels each
-point where a version changed from the previous one.
+Runs that share ``Run.fingerprint`` measured the same workload, sweep points and GPU type
+and count, so their numbers line up over time; what may change between them is what
+they put under test: the configuration (model, engine flags: ``Run.config_fingerprint``)
+and the software (vLLM, PyTorch, driver, CUDA, image). ``history()`` returns one value
+per run (the mean over its repeats; an SLA search load measured again is its
+confirmation's, ``queries.current``) with the versions it ran on, and labels each point
+where the configuration or a version changed from the previous one (a marker on the
+chart).
 
 Three queries whatever the length of the history (the newest run for the title, the
 points on offer, the series itself, aggregated in SQL); at most ``MAX_POINTS`` runs, the
@@ -19,6 +21,7 @@ and point (two queries).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,8 +32,9 @@ from django.db.models import Avg, Count, F, StdDev
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from portal.benchmarks import points as pts
-from portal.benchmarks import queries
+from portal.benchmarks import queries, runview
 from portal.benchmarks.models import Measurement, Run, RunStatus
+from runners import fingerprint as rf
 from servebench import verdict
 from servebench.compare import backend_label
 
@@ -83,6 +87,8 @@ class HistoryPoint:
     repeats: int
     versions: dict[str, str]
     changes: list[str] = field(default_factory=list)
+    run_pk: int = 0
+    configuration: str = ""  # Run.config_fingerprint
 
     @property
     def url(self) -> str:
@@ -164,6 +170,31 @@ def label_changes(points: list[HistoryPoint]) -> None:
         prev = point.versions
 
 
+def label_configuration_changes(points: list[HistoryPoint]) -> None:
+    """Prepend to ``changes`` what each run changed in the configuration from the previous
+    point's (``runners.fingerprint.Identity.changes``: "vllm.max_num_seqs: default → 1"),
+    where its ``config_fingerprint`` differs. The specs and environments are read only for
+    the runs on either side of a change (one query each)."""
+    pairs = [
+        (prev, point)
+        for prev, point in itertools.pairwise(points)
+        if prev.configuration != point.configuration
+    ]
+    if not pairs:
+        return
+    runs = Run.objects.filter(pk__in={p.run_pk for pair in pairs for p in pair}).only("pk", "spec")
+    views = {v.run.pk: v for v in runview.load_many(list(runs), results=False)}
+    for prev, point in pairs:
+        a, b = views.get(prev.run_pk), views.get(point.run_pk)
+        if a is None or b is None or a.identity is None or b.identity is None:
+            point.changes.insert(0, "configuration changed")
+            continue
+        found = [
+            d.change for d in rf.differences(a.identity.configuration, b.identity.configuration)
+        ]
+        point.changes[:0] = found or ["configuration changed"]
+
+
 def history(
     user: AbstractBaseUser | AnonymousUser,
     fingerprint: str,
@@ -206,7 +237,14 @@ def history(
     }
     rows = (
         ok.filter(point_key=point, backend=backend, **{f"{metric}__isnull": False})
-        .values("run_id", "run__public_id", "run__name", "run__created_at", **versions)
+        .values(
+            "run_id",
+            "run__public_id",
+            "run__name",
+            "run__created_at",
+            "run__config_fingerprint",
+            **versions,
+        )
         .annotate(mean=Avg(metric), std=StdDev(metric, sample=True), n=Count("id"))
         .order_by("-run__created_at", "-run_id")[: limit + 1]
     )
@@ -221,10 +259,13 @@ def history(
             std=float(r["std"] or 0.0),
             repeats=int(r["n"]),
             versions={label: str(r[f"v{i}"] or "") for i, (label, _) in enumerate(VERSIONS)},
+            run_pk=r["run_id"],
+            configuration=r["run__config_fingerprint"] or "",
         )
         for r in reversed(rows[:limit])
     ]
     label_changes(series)
+    label_configuration_changes(series)
     return History(
         fingerprint=fingerprint,
         metric=pts.METRIC_BY_KEY[metric],

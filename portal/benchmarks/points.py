@@ -542,6 +542,25 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
+def efficiency(point: PointStats, gpus: int) -> tuple[float, float] | None:
+    """(output tok/s per user, output tok/s per GPU) of a load point: what a serving
+    configuration trades (InferenceX's and vLLM's ``plot_pareto`` axes). Per user is
+    1000 / median TPOT (one user's decode speed); per GPU is the point's output tok/s
+    over the GPUs it used (over one server on a CPU run, ``gpus`` = 0). None without
+    both numbers."""
+    tpot = point.get("p50_tpot_ms")
+    throughput = point.get("output_throughput")
+    if not tpot or throughput is None:
+        return None
+    return 1000.0 / tpot, throughput / max(gpus, 1)
+
+
+def higher_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other beats on both coordinates (both higher-better),
+    sorted by the first."""
+    return pareto_front([(-x, y) for x, y in points])
+
+
 def load_points(series: Series) -> list[tuple[float, float, float]]:
     """(x, p99 TTFT, output tok/s) of a series' points that measured both."""
     out = []

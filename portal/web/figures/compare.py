@@ -67,7 +67,60 @@ def compare_figures(comparison: Comparison) -> list[dict[str, Any]]:
             fig = _pareto(comparison, sweep, axis)
             if fig["data"]:
                 out.append(chart(f"{sweep}-pareto", sweep, "pareto", fig))
+    fig = efficiency_figure(comparison)
+    if fig["data"]:
+        out.append(chart("configurations-front", "configurations", "front", fig))
     return out
+
+
+def efficiency_figure(comparison: Comparison) -> dict[str, Any]:
+    """Throughput per GPU against throughput per user, every load point of every
+    comparable run (``Comparison.efficiency``), the Pareto front over all of them drawn
+    through: the configuration on the front at the interactivity a team needs is the one
+    to deploy. Empty with fewer than two runs' points."""
+    entries = comparison.efficiency()
+    if len(entries) < 2:
+        return figure("", [], layout("", ""))
+    traces = []
+    front: list[tuple[float, float, str]] = []
+    for entry in entries:
+        i = entry["index"]
+        look, width = _look(comparison, i)
+        ordered = sorted(zip(entry["points"], entry["front"], strict=True), key=lambda e: e[0][0])
+        name = run_name(comparison, i)
+        traces.append(
+            trace(
+                name,
+                [xy[0] for (xy, _, _), _ in ordered],
+                [xy[1] for (xy, _, _), _ in ordered],
+                look,
+                "%{customdata}: %{y:,.1f} tok/s/GPU at %{x:,.1f} tok/s/user",
+                width=width,
+                customdata=[p.short for (_, p, _), _ in ordered],
+                legendgroup=f"run{i}",
+            )
+        )
+        front += [(xy[0], xy[1], name) for (xy, _, _), on in ordered if on]
+    front.sort()
+    traces.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "Pareto front",
+            "x": [f[0] for f in front],
+            "y": [f[1] for f in front],
+            "line": {"color": "#111", "dash": "dot", "width": 1.2},
+            "hoverinfo": "skip",
+        }
+    )
+    gpus = max((comparison.columns[e["index"]].gpus for e in entries), default=0)
+    per = "GPU" if gpus else "server (CPU run)"
+    fig_layout = layout(
+        "Output tokens/s per user (1000 / median TPOT)", f"Output tokens/s per {per}"
+    )
+    fig_layout["xaxis"]["rangemode"] = "tozero"
+    note = "each point a load level; up and to the right is better; dotted: the Pareto front"
+    return figure("Configurations: throughput per GPU against per user", traces, fig_layout, note)
 
 
 def _overlay(

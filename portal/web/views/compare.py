@@ -163,6 +163,18 @@ def comparison_part(
             if i != comparison.baseline and comparison.columns[i].comparable
         ],
         "contended": comparison.contended,
+        "ranking": [
+            {
+                "metric": r["metric"],
+                "order": [
+                    (comparison.columns[i], change, i == comparison.baseline)
+                    for i, change in r["order"]
+                ],
+            }
+            for r in comparison.ranking()
+        ]
+        if sum(c.comparable for c in comparison.columns) >= 3
+        else [],
         "threshold": engine.DEFAULT_THRESHOLD,
         "min_history": engine.MIN_HISTORY,
         "columns": [comparison.columns[i] for i in order],
