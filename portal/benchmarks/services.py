@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -138,7 +137,7 @@ def spec_from_request(data: Any, user: Any = None) -> RunRequest:
         raise SpecError([{"field": "spec", "message": "spec must be an object (a mapping)"}])
     try:
         spec = rs.parse_spec(data["spec"])
-        check_image(spec)
+        policy.check_image(spec)
         policy.check(spec, user)
         warnings = preflight.check(spec)
         notes = tuple({"field": "spec." + w["field"], "message": w["message"]} for w in warnings)
@@ -186,36 +185,6 @@ def transition(
     return Run.objects.filter(pk=run_id, status__in=expected).update(status=to, **fields) == 1
 
 
-def image_allowed(image: str) -> bool:
-    """May a spec name this runner image? The runner Pod gets the HF token and the shared
-    model cache, so only the deployment's runner image and the images an admin listed in
-    SERVEBENCH_ALLOWED_RUNNER_IMAGES (exact, or a prefix ending in '*') are accepted."""
-    allowed = [settings.SERVEBENCH_K8S_RUNNER_IMAGE, *settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES]
-    return any(
-        image.startswith(entry[:-1]) if entry.endswith("*") else image == entry
-        for entry in allowed
-        if entry
-    )
-
-
-def check_image(spec: rs.Spec) -> None:
-    """SpecError naming resources.image when the spec picks an image not allowed here."""
-    image = spec.resources.image
-    if image and not image_allowed(image):
-        raise SpecError(
-            [
-                {
-                    "field": "resources.image",
-                    "message": (
-                        f"image {image!r} is not allowed on this portal; leave it out to use "
-                        "the default runner image, or ask an admin to add it to "
-                        "SERVEBENCH_ALLOWED_RUNNER_IMAGES"
-                    ),
-                }
-            ]
-        )
-
-
 def create_run(
     owner: AbstractBaseUser,
     spec: rs.Spec | dict[str, Any] | str,
@@ -226,7 +195,7 @@ def create_run(
     """Validate ``spec`` (raises SpecError: nothing stored), store a queued run, and
     enqueue its dispatch once the transaction commits."""
     parsed = coerce_spec(spec)
-    check_image(parsed)
+    policy.check_image(parsed)
     policy.check(parsed, owner)
     run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
     gpu_type = parsed.resources.gpu_type or ""

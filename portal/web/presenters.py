@@ -10,7 +10,7 @@ from portal.benchmarks import commands, sharing
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Environment, Measurement, Run
 from portal.benchmarks.points import PointStats, RunResults
-from portal.benchmarks.services import image_allowed
+from portal.benchmarks.policy import image_allowed
 from runners import spec as rs
 from runners.environment import get as env_get
 from servebench import verdict
