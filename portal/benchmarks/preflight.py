@@ -3,7 +3,7 @@
 ``runners.spec`` says what a valid spec is anywhere and ``policy`` what a user may ask of
 this deployment; this module says what its executor can actually provide, so a run that
 is bound to fail (or to measure something else than asked) is refused or warned about at
-submission instead of minutes later. The API (``services.spec_from_request``) and the
+submission instead of minutes later. The API (``intake.spec_from_request``) and the
 form (``portal.web.forms``) both call ``check``.
 
 Refused (SpecError, HTTP 400 naming the field; every refusal at once):
