@@ -8,16 +8,18 @@ command and the child's argument parser must all agree with them.
 
 from __future__ import annotations
 
-import argparse
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from portal.benchmarks import commands
-from runners import hf, hf_baselines
-from runners.runner import hf_config
+from runners import cli, hf_baselines, hf_config
 from runners.spec import parse_spec
 
+REPO = Path(__file__).resolve().parents[2]
 M = {"id": "org/model", "max_model_len": 4096}
 ENDPOINT = {"kind": "endpoint", "name": "prod", "base_url": "http://h:8000", "model": "m"}
 
@@ -120,24 +122,17 @@ def _case(spec_name: str, backend_name: str, point_key: str) -> tuple[Any, Any, 
 
 def runner_config(spec: Any, backend: Any, point: Any) -> Any:
     """What the runner runs for ``backend`` at ``point``."""
-    if backend.kind == "hf-sequential":
-        return hf_config(spec, backend)
-    return hf_baselines.child_config(spec, backend, point)
+    return hf_config.for_backend(spec, backend, point)
 
 
 def parsed_back(config: Any) -> Any:
-    """``config``'s flags read by the child's own argument parser."""
-    if isinstance(config, hf.HFConfig):
-        parser = argparse.ArgumentParser()
-        hf.add_flags(parser)
-        return hf.config_from_args(parser.parse_args(config.flags()))
+    """``config``'s flags read by the child's own argument parser (``python -m runners hf``
+    or ``python -m runners.hf_baselines``)."""
+    if isinstance(config, hf_config.HFConfig):
+        args = cli.build_parser().parse_args(["hf", *config.flags()])
+        return hf_config.config_from_args(args)
     args = hf_baselines.build_parser().parse_args(config.flags())
-    return hf_baselines.BaselineConfig(
-        kind=args.kind,
-        hf=hf.config_from_args(args),
-        batch_size=args.batch_size,
-        compile_backend=args.compile_backend,
-    )
+    return hf_config.baseline_from_args(args)
 
 
 @pytest.mark.parametrize(("spec_name", "backend_name", "point_key"), list(PINNED))
@@ -154,3 +149,38 @@ def test_the_runner_and_the_page_build_todays_commands(spec_name, backend_name, 
 def test_the_childs_parser_reads_back_the_same_configuration(spec_name, backend_name, point_key):
     config = runner_config(*_case(spec_name, backend_name, point_key))
     assert parsed_back(config) == config
+
+
+def test_the_child_owns_the_cores_the_runner_was_given_and_writes_its_result_there():
+    spec, backend, point = _case("batched", "hf-batched", "concurrency:max_concurrency=4")
+    config = hf_config.for_backend(spec, backend, point)
+    argv = hf_config.child_argv(config, "/venv/bin/python", "/work/b-r0.json", cpus="2-5")
+    assert argv[:3] == ["/venv/bin/python", "-m", "runners.hf_baselines"]
+    assert argv[3:-4] == config.flags()
+    assert argv[-4:] == ["--result", "/work/b-r0.json", "--cpus", "2-5"]
+    # Without --cpus the child inherits the runner's affinity (or $SERVEBENCH_CPUS).
+    spec, backend, _ = _case("varied", "hf-sequential", "baseline")
+    config = hf_config.for_backend(spec, backend)
+    argv = hf_config.child_argv(config, "python3", "r.json")
+    assert argv == ["python3", "-m", "runners", "hf", *config.flags(), "--result", "r.json"]
+    args = cli.build_parser().parse_args(argv[3:])
+    assert hf_config.config_from_args(args) == config and args.result == "r.json"
+
+
+def test_hf_batched_is_measured_at_a_sweep_point_only():
+    spec, backend, _ = _case("batched", "hf-batched", "")
+    with pytest.raises(ValueError, match="sweep point"):
+        hf_config.for_backend(spec, backend)
+
+
+def test_the_configuration_module_imports_no_torch_transformers_numpy_or_django():
+    """The portal builds the commands from it: importing it must stay cheap."""
+    heavy = ("torch", "transformers", "numpy", "django")
+    code = (
+        "import sys, runners.hf_config\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]", out.stdout
