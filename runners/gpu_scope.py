@@ -12,7 +12,9 @@ https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-va
 the MIG User Guide, "CUDA Device Enumeration",
 https://docs.nvidia.com/datacenter/tesla/mig-user-guide/):
 
-1. Unset: every GPU of the host is visible. Set to the empty string: none is.
+1. Unset: every GPU of the host is visible (counted whole here, a MIG-enabled one too:
+   where MIG is used, the device plugin or the person sets ``MIG-`` values). Set to the
+   empty string: none is.
 2. The value is a comma-separated list; devices are enumerated in the list's order.
 3. An integer index is the GPU's ordinal as nvidia-smi (and NVML) numbers them, from 0.
 4. ``GPU-<uuid>`` names a GPU by its UUID (``nvidia-smi -L``); any prefix of it (with
@@ -37,9 +39,11 @@ the driver for ``torch.cuda.device_count()`` without initialising CUDA):
    indices); an entry of another kind is invalid, so it ends the list. A UUID entry is
    compared as written (no blank is skipped).
 
-One reading of ours: a duplicate after the list has ended is never read (rule 6 comes
-first); PyTorch, which trims out-of-range indices only after checking for duplicates,
-would count ``0,5,0`` on a two-GPU host as no device where this module sees GPU 0.
+Two readings of ours: a MIG UUID, like a GPU UUID, may be shortened to a prefix no other
+instance shares (the guide speaks of GPU UUIDs only); and a duplicate after the list has
+ended is never read (rule 6 comes first), where PyTorch, which trims out-of-range
+indices only after checking for duplicates, counts ``0,5,0`` on a two-GPU host as no
+device and this module sees GPU 0.
 
 Indices are nvidia-smi's ordinals, as the guide says. CUDA's own enumeration can differ
 (``CUDA_DEVICE_ORDER=FASTEST_FIRST``, its default) on a host that mixes GPU models; set
@@ -106,15 +110,8 @@ def _mig_named(text: str, gpu: HostGPU, mig: MigInstance) -> bool:
     old = _OLD_MIG.match(text)
     if old is None:
         return mig.uuid.startswith(text)
-    ids = (int(old.group(2)), int(old.group(3)))
-    return (
-        gpu.uuid.startswith(old.group(1))
-        and (
-            mig.gpu_instance_id,
-            mig.compute_instance_id,
-        )
-        == ids
-    )
+    instance = (mig.gpu_instance_id, mig.compute_instance_id)
+    return gpu.uuid.startswith(old.group(1)) and instance == (int(old[2]), int(old[3]))
 
 
 def _entry(text: str, kind: str, host: Sequence[HostGPU]) -> tuple[Device | None, str]:
