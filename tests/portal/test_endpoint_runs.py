@@ -293,7 +293,7 @@ def test_the_page_shows_the_commands_the_runner_ran_for_endpoints_and_searches()
     from pathlib import Path
 
     from portal.benchmarks import commands
-    from runners.runner import hf_config
+    from runners.hf_config import from_spec as hf_config
     from runners.vllm_bench import bench_command, bench_flags
 
     spec = rs.parse_spec(

@@ -494,7 +494,7 @@ def test_measurements_are_stored_with_the_specs_point_not_the_runners(world: Wor
 def test_the_implied_hf_command_is_the_runners_own() -> None:
     from portal.benchmarks import commands
     from runners import spec as rs
-    from runners.runner import hf_config
+    from runners.hf_config import from_spec as hf_config
 
     parsed = rs.parse_spec(
         tiny_spec(model={"id": "org/m", "revision": "abc", "tokenizer": "org/t"})
