@@ -191,8 +191,8 @@ def generate(n_runs: int, n_measurements: int, seed: int = 1) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from portal.benchmarks.intake import backend_labels
     from portal.benchmarks.models import Environment, Measurement, Run, new_public_id
-    from portal.benchmarks.services import backend_labels
     from runners import spec as rs
 
     rng = random.Random(seed)
@@ -462,8 +462,8 @@ def results_fixtures(
     apart, with the vLLM version changing every 100 runs. Bulk-created."""
     from django.utils import timezone
 
+    from portal.benchmarks.intake import backend_labels
     from portal.benchmarks.models import Environment, Measurement, Run, new_public_id
-    from portal.benchmarks.services import backend_labels
     from runners import spec as rs
 
     rng = random.Random(seed)

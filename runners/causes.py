@@ -16,7 +16,7 @@ root cause above"). A person needs the first real cause, on one line, and the ne
 - ``headline(failures, total)``: the run's failure reason: first line the first failure's
   cause and next step, then the count and one line per failed measurement.
 
-Never imports Django: the runner and the portal (``services._failed_points_reason``) both
+Never imports Django: the runner and the portal (``ingestion._failed_points_reason``) both
 use it, so a run fails with the same words whichever of them writes the reason.
 """
 

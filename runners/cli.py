@@ -34,9 +34,9 @@ from typing import Any
 from runners import conditions, endpoint, tiny_model
 from runners.environment import capture
 from runners.fingerprint import fingerprint
-from runners.hf import add_flags as add_hf_flags
-from runners.hf import config_from_args as hf_config_from_args
 from runners.hf import run as run_hf
+from runners.hf_config import add_flags as add_hf_flags
+from runners.hf_config import config_from_args as hf_config_from_args
 from runners.progress import Progress
 from runners.report import Reporter
 from runners.runner import ExitCode, Interrupted, Runner

@@ -11,6 +11,10 @@ It must run first and cheaply: no torch/vllm import (versions come from package
 metadata, the CUDA build from torch's ``version.py`` read as text, GPUs from NVML or
 ``nvidia-smi``), and network look-ups are short and optional.
 
+The GPUs recorded are the ones the run uses: those ``CUDA_VISIBLE_DEVICES`` leaves
+visible by CUDA's rules (``runners.gpu_scope``, which telemetry reads by too), not every
+GPU of the node: the count and model are part of what makes two runs comparable.
+
 Fields that cannot be known say ``"none"`` (no GPU) or ``"unknown"``; they are never
 empty. ``REQUIRED_FIELDS`` lists the dotted paths the portal and tests rely on.
 """
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, conditions
+from runners import __version__, conditions, gpu_scope, nvml
 from runners.result import utcnow
 from runners.spec import Spec
 
@@ -152,48 +156,37 @@ def _packages() -> dict[str, str]:
 # --------------------------------------------------------------------------- GPU
 
 
-def _gpu_nvml() -> dict[str, Any] | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        devices = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            dev: dict[str, Any] = {
-                "index": i,
-                "name": _text(pynvml.nvmlDeviceGetName(h)),
-                "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                "memory_total_mib": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
-            }
-            try:
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-                dev["compute_capability"] = f"{major}.{minor}"
-                bus = pynvml.nvmlDeviceGetMemoryBusWidth(h)
-                clock = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
-                dev["memory_bus_width_bits"] = bus
-                dev["memory_clock_max_mhz"] = clock
-                # Double data rate: bytes/s = bus/8 * clock * 2 (H100 SXM: 3.35 TB/s).
-                dev["memory_bandwidth_gbps_est"] = round(bus / 8 * clock * 2 / 1000, 1)
-            except pynvml.NVMLError:
-                pass
-            devices.append(dev)
-        return {
-            "source": "nvml",
-            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
-            "devices": devices,
+def _gpu_nvml(lib: Any, handles: list[Any]) -> dict[str, Any]:
+    """Every GPU NVML lists on this host, and (``host``) as ``runners.gpu_scope`` reads
+    them."""
+    cuda = lib.nvmlSystemGetCudaDriverVersion_v2()
+    devices = []
+    for i, h in enumerate(handles):
+        dev: dict[str, Any] = {
+            "index": i,
+            "name": _text(lib.nvmlDeviceGetName(h)),
+            "uuid": _text(lib.nvmlDeviceGetUUID(h)),
+            "memory_total_mib": lib.nvmlDeviceGetMemoryInfo(h).total // 2**20,
         }
-    except pynvml.NVMLError:
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+        try:
+            major, minor = lib.nvmlDeviceGetCudaComputeCapability(h)
+            dev["compute_capability"] = f"{major}.{minor}"
+            bus = lib.nvmlDeviceGetMemoryBusWidth(h)
+            clock = lib.nvmlDeviceGetMaxClockInfo(h, lib.NVML_CLOCK_MEM)
+            dev["memory_bus_width_bits"] = bus
+            dev["memory_clock_max_mhz"] = clock
+            # Double data rate: bytes/s = bus/8 * clock * 2 (H100 SXM: 3.35 TB/s).
+            dev["memory_bandwidth_gbps_est"] = round(bus / 8 * clock * 2 / 1000, 1)
+        except lib.NVMLError:
+            pass
+        devices.append(dev)
+    return {
+        "source": "nvml",
+        "driver_version": _text(lib.nvmlSystemGetDriverVersion()),
+        "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}",
+        "devices": devices,
+        "host": nvml.host_gpus(lib, handles),
+    }
 
 
 def _gpu_smi() -> dict[str, Any] | None:
@@ -223,6 +216,8 @@ def _gpu_smi() -> dict[str, Any] | None:
         "driver_version": driver,
         "cuda_driver_version": cuda.group(1) if cuda else UNKNOWN,
         "devices": devices,
+        # No MIG devices from this query: a MIG-<uuid> entry names nothing here.
+        "host": [gpu_scope.HostGPU(d["index"], d["uuid"]) for d in devices],
     }
 
 
@@ -230,9 +225,33 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _gpu() -> dict[str, Any]:
-    found = _gpu_nvml() or _gpu_smi()
-    if not found or not found["devices"]:
+def _scoped(device: dict[str, Any], gpu: gpu_scope.Device) -> dict[str, Any]:
+    """A visible device's facts: its GPU's, or for a MIG device its own name, UUID and
+    memory on its GPU's (``gpu_uuid`` says which GPU)."""
+    mig = gpu.mig
+    if mig is None:
+        return device
+    memory = mig.memory_total_bytes
+    return device | {
+        "name": mig.name or device["name"],
+        "uuid": mig.uuid,
+        "gpu_uuid": device["uuid"],
+        "memory_total_mib": memory // 2**20 if memory is not None else device["memory_total_mib"],
+    }
+
+
+def gpu_facts(lib: Any = None) -> dict[str, Any]:
+    """The GPUs this process uses: what NVML (``lib``, default pynvml), else nvidia-smi,
+    lists, scoped by ``CUDA_VISIBLE_DEVICES`` by CUDA's rules (``runners.gpu_scope``, the
+    same scope telemetry reads). Model, count and memory are the visible devices'
+    (``"none"`` where there is none); ``scope`` says what the variable hid, when set."""
+    found = nvml.with_gpus(_gpu_nvml, lib) or _gpu_smi()
+    host = found["host"] if found else []
+    chosen = gpu_scope.scope(os.environ.get("CUDA_VISIBLE_DEVICES"), host)
+    said = gpu_scope.describe(chosen, len(host)) if host else ""
+    by_index = {d["index"]: d for d in found["devices"]} if found else {}
+    devices = [_scoped(by_index[d.gpu], d) for d in chosen.devices]
+    if not found or not devices:
         return {
             "model": NONE,
             "count": 0,
@@ -241,8 +260,7 @@ def _gpu() -> dict[str, Any]:
             "cuda_driver_version": NONE,
             "source": NONE,
             "devices": [],
-        }
-    devices = found["devices"]
+        } | ({"scope": said} if said else {})
     names = sorted({d["name"] for d in devices})
     return {
         "model": " + ".join(names),
@@ -250,7 +268,7 @@ def _gpu() -> dict[str, Any]:
         "memory_total_mib": devices[0]["memory_total_mib"],
         **{k: found[k] for k in ("driver_version", "cuda_driver_version", "source")},
         "devices": devices,
-    }
+    } | ({"scope": said} if said else {})
 
 
 # --------------------------------------------------------------------------- host
@@ -560,7 +578,7 @@ def capture(spec: Spec | None, api_keys: Mapping[str, str] | None = None) -> dic
     env: dict[str, Any] = {
         "runner_version": __version__,
         "captured_at": utcnow(),
-        "gpu": _gpu(),
+        "gpu": gpu_facts(),
         "software": _software(),
     }
     if spec is not None:

@@ -26,74 +26,25 @@ fair to it:
 
 It runs on CUDA when present, else CPU. The runner executes it in a child process
 (``python -m runners hf ...``, also the reproduce command) so the model, the CUDA
-context and the allocator cache are gone before the vLLM server needs the GPU.
+context and the allocator cache are gone before the vLLM server needs the GPU. Its
+configuration, and the flags that carry it, are ``runners.hf_config``'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runners import conditions as cond
+from runners.hf_config import HFConfig
 from runners.latency import client_metrics
 
 TIMING_NOTE = (
     "one pass: throughput over the timed loop, TTFT and inter-token gaps from per-token "
     "timestamps (a generate() streamer) in that same loop"
 )
-
-
-@dataclass(frozen=True)
-class HFConfig:
-    """Everything that determines an HF baseline measurement."""
-
-    model: str
-    input_len: int
-    output_len: int
-    num_prompts: int
-    num_warmups: int = 1
-    seed: int = 0
-    dtype: str = "bfloat16"
-    revision: str | None = None
-    tokenizer: str | None = None
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None
-    prompts_file: str | None = None
-    chat_template: bool = False
-
-    def flags(self) -> list[str]:
-        """The ``python -m runners hf`` flags that reproduce this configuration."""
-        argv = ["--model", self.model]
-        for flag, value in (
-            ("--revision", self.revision),
-            ("--tokenizer", self.tokenizer),
-            ("--attn-implementation", self.attn_implementation),
-        ):
-            if value is not None:
-                argv += [flag, value]
-        argv += [
-            "--dtype", self.dtype,
-            "--input-len", str(self.input_len),
-            "--output-len", str(self.output_len),
-            "--num-prompts", str(self.num_prompts),
-            "--num-warmups", str(self.num_warmups),
-            "--seed", str(self.seed),
-        ]  # fmt: skip
-        if self.trust_remote_code:
-            argv.append("--trust-remote-code")
-        if self.prompts_file is not None:
-            argv += ["--prompts-file", self.prompts_file]
-            if self.chat_template:
-                argv.append("--chat-template")
-        return argv
-
-    def command(self) -> str:
-        """The shell command that reruns exactly this baseline."""
-        return shlex.join(["python", "-m", "runners", "hf", *self.flags()])
 
 
 @dataclass
@@ -359,47 +310,4 @@ def timed_result(
         command=command,
         config=config,
         conditions=conditions,
-    )
-
-
-def add_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``HFConfig`` (``HFConfig.flags`` writes them; ``from_args`` reads them),
-    for every command that runs an HF baseline."""
-    p.add_argument("--model", required=True)
-    p.add_argument("--revision")
-    p.add_argument("--tokenizer")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument(
-        "--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"]
-    )
-    p.add_argument("--input-len", type=int, required=True)
-    p.add_argument("--output-len", type=int, required=True)
-    p.add_argument("--num-prompts", type=int, default=16)
-    p.add_argument("--num-warmups", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2"])
-    p.add_argument(
-        "--prompts-file", help='JSONL prompts ({"prompt": ...}) in file order, not random ones'
-    )
-    p.add_argument(
-        "--chat-template", action="store_true", help="apply the chat template to file prompts"
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> HFConfig:
-    """The ``HFConfig`` of flags ``add_flags`` parsed."""
-    return HFConfig(
-        model=args.model,
-        revision=args.revision,
-        tokenizer=args.tokenizer,
-        trust_remote_code=args.trust_remote_code,
-        dtype=args.dtype,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        num_prompts=args.num_prompts,
-        num_warmups=args.num_warmups,
-        seed=args.seed,
-        attn_implementation=args.attn_implementation,
-        prompts_file=args.prompts_file,
-        chat_template=args.chat_template,
     )

@@ -24,7 +24,8 @@ definitions (``runners.latency``):
 
 Each runs in a child process like the sequential baseline:
 ``python -m runners.hf_baselines {batched,static-cache} FLAGS --result FILE`` (also the
-reproduce command), writing the same result JSON as ``python -m runners hf``.
+reproduce command), writing the same result JSON as ``python -m runners hf``. What each
+is configured with, from a spec or from those flags, is ``runners.hf_config``'s.
 """
 
 from __future__ import annotations
@@ -32,41 +33,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import shlex
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from runners import conditions as cond
 from runners import hf
-
-Kind = Literal["batched", "static-cache"]
-COMPILE_BACKENDS = ("inductor", "aot_eager")
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    """An ``HFConfig`` plus what the other baselines need: the batch size (hf-batched)
-    and the ``torch.compile`` backend (hf-static-cache)."""
-
-    kind: Kind
-    hf: hf.HFConfig
-    batch_size: int = 1
-    compile_backend: str = "inductor"
-
-    def flags(self) -> list[str]:
-        argv = [self.kind, *self.hf.flags()]
-        if self.kind == "batched":
-            argv += ["--batch-size", str(self.batch_size)]
-        else:
-            argv += ["--compile-backend", self.compile_backend]
-        return argv
-
-    def command(self) -> str:
-        return shlex.join(["python", "-m", "runners.hf_baselines", *self.flags()])
+from runners.hf_config import (
+    COMPILE_BACKENDS,
+    BaselineConfig,
+    HFConfig,
+    add_baseline_flags,
+    baseline_from_args,
+)
 
 
 class _StepClock:
@@ -87,7 +69,7 @@ class _StepClock:
         pass
 
 
-def _prompts(config: hf.HFConfig, tokenizer: Any, model: Any) -> tuple[list, list]:
+def _prompts(config: HFConfig, tokenizer: Any, model: Any) -> tuple[list, list]:
     """The timed prompts and the warm-up prompts, exactly as ``runners.hf`` draws them."""
     if config.prompts_file is not None:
         chat, path = config.chat_template, config.prompts_file
@@ -304,37 +286,6 @@ def run(config: BaselineConfig, cores: cond.Cores | None = None) -> hf.HFResult:
     )
 
 
-# --------------------------------------------------------------------------- the runner's side
-
-
-def child_config(spec: Any, backend: Any, point: Any) -> BaselineConfig:
-    """The configuration the runner measures ``backend`` (hf-batched at a sweep ``point``,
-    hf-static-cache at its baseline point) with."""
-    from runners.runner import hf_config
-
-    if backend.kind == "hf-batched":
-        w = spec.workload
-        base = hf.HFConfig(
-            model=spec.model.id,
-            revision=spec.model.revision,
-            tokenizer=spec.model.tokenizer,
-            trust_remote_code=spec.model.trust_remote_code,
-            dtype=spec.model.dtype,
-            input_len=point.input_len,
-            output_len=point.output_len,
-            num_prompts=point.num_prompts,
-            num_warmups=backend.num_warmups,
-            seed=w.seed,
-            attn_implementation=backend.attn_implementation,
-            prompts_file=w.dataset_path if w.dataset == "custom" else None,
-            chat_template=w.dataset == "custom"
-            and any(b.api == "chat" for b in spec.served_backends),
-        )
-        return BaselineConfig("batched", base, batch_size=point.max_concurrency)
-    base = hf_config(spec, backend)
-    return BaselineConfig("static-cache", base, compile_backend=backend.compile_backend)
-
-
 # --------------------------------------------------------------------------- CLI
 
 
@@ -343,12 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m runners.hf_baselines",
         description="the hf-batched and hf-static-cache baselines (result JSON as 'runners hf')",
     )
-    p.add_argument("kind", choices=["batched", "static-cache"])
-    hf.add_flags(p)
-    p.add_argument("--batch-size", type=int, default=1, help="hf-batched: requests per batch")
-    p.add_argument(
-        "--compile-backend", default="inductor", choices=COMPILE_BACKENDS, help="hf-static-cache"
-    )
+    add_baseline_flags(p)
     p.add_argument("--result", help="write the result JSON here instead of printing metrics")
     p.add_argument("--cpus", help="the cores to own (as 'python -m runners hf --cpus')")
     return p
@@ -363,12 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot own the cores: {exc}", file=sys.stderr)
         return 2
     cond.set_thread_env(cores)  # before torch is imported: OpenMP reads it once
-    config = BaselineConfig(
-        kind=args.kind,
-        hf=hf.config_from_args(args),
-        batch_size=args.batch_size,
-        compile_backend=args.compile_backend,
-    )
+    config = baseline_from_args(args)
     try:
         data = run(config, cores).to_json()
         code = 0

@@ -20,10 +20,13 @@ clock_reasons        nvmlDeviceGetCurrentClocksEventReasons      bitmask (``REAS
 A field a GPU does not support (any ``NVMLError``) reads None and is not asked again, so
 an old board costs no failing call per sample.
 
-**Which GPUs.** NVML lists every GPU of the node; CUDA only those in
-``CUDA_VISIBLE_DEVICES``. Indices and ``GPU-<uuid>`` prefixes there are honoured; any
-other form (MIG instances) falls back to every GPU, said in ``note``. On Kubernetes the
-device plugin already hides the GPUs a Pod was not given.
+**Which GPUs.** NVML lists every GPU of the node; the run uses those its
+``CUDA_VISIBLE_DEVICES`` names, read by CUDA's rules (``runners.gpu_scope``: indices,
+``GPU-`` UUIDs and prefixes, MIG instances, the list ending at an invalid entry), and only
+those are read; ``note`` says what the variable hid. A MIG instance is read through its
+whole GPU (NVML's power, energy and utilisation are per physical GPU, so other
+instances' work counts too: ``note`` says so). No visible GPU is "not measured", with
+the reason. On Kubernetes the device plugin already hides the GPUs a Pod was not given.
 
 **Energy over a window** (``summarize``): the total-energy counter's difference,
 interpolated linearly at the window's ends; where a GPU has no counter (before Volta),
@@ -51,7 +54,11 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from runners import gpu_scope
+
+T = TypeVar("T")
 
 NOT_MEASURED = "not measured (no NVML)"
 DEFAULT_INTERVAL_S = 0.1
@@ -106,20 +113,88 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _visible(lib: Any, handles: list[Any], visible: str | None) -> tuple[list[int], str]:
-    """Indices of the NVML devices CUDA would use, and a note when that was guessed."""
-    every = list(range(len(handles)))
-    if visible is None:
-        return every, ""
-    parts = [p.strip() for p in visible.split(",") if p.strip()]
-    if not parts:
-        return [], "CUDA_VISIBLE_DEVICES is empty: no GPU is visible"
-    if all(p.isdigit() for p in parts):
-        return [i for i in (int(p) for p in parts) if i < len(handles)], ""
-    if all(p.startswith("GPU-") for p in parts):
-        uuids = [_text(lib.nvmlDeviceGetUUID(h)) for h in handles]
-        return [i for i, u in enumerate(uuids) if any(u.startswith(p) for p in parts)], ""
-    return every, f"CUDA_VISIBLE_DEVICES={visible!r} not mapped to GPUs: every GPU is read"
+def _maybe(lib: Any, call: Callable[[], Any]) -> Any:
+    """``call()``, or None where the GPU (or this NVML) does not answer it."""
+    try:
+        return call()
+    except lib.NVMLError:
+        return None
+
+
+def _mig_instances(lib: Any, handle: Any) -> tuple[gpu_scope.MigInstance, ...]:
+    """The MIG devices of a GPU with MIG enabled (none otherwise, or where NVML cannot
+    tell: a board or a driver without MIG)."""
+    mode = _maybe(lib, lambda: lib.nvmlDeviceGetMigMode(handle))
+    if not mode or mode[0] != lib.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    out = []
+    for i in range(_maybe(lib, lambda: lib.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0):
+        mig = _maybe(lib, lambda i=i: lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, i))
+        if mig is None:  # an empty slot
+            continue
+        name = _maybe(lib, lambda mig=mig: lib.nvmlDeviceGetName(mig))
+        out.append(
+            gpu_scope.MigInstance(
+                uuid=_text(lib.nvmlDeviceGetUUID(mig)),
+                gpu_instance_id=_maybe(lib, lambda mig=mig: lib.nvmlDeviceGetGpuInstanceId(mig)),
+                compute_instance_id=_maybe(
+                    lib, lambda mig=mig: lib.nvmlDeviceGetComputeInstanceId(mig)
+                ),
+                name=_text(name) if name is not None else "",
+                memory_total_bytes=_maybe(
+                    lib, lambda mig=mig: int(lib.nvmlDeviceGetMemoryInfo(mig).total)
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def host_gpus(lib: Any, handles: list[Any]) -> list[gpu_scope.HostGPU]:
+    """The node's GPUs as ``runners.gpu_scope`` reads them (index, UUID, MIG devices),
+    from NVML handles by index (``nvmlInit`` done)."""
+    return [
+        gpu_scope.HostGPU(i, _text(lib.nvmlDeviceGetUUID(h)), _mig_instances(lib, h))
+        for i, h in enumerate(handles)
+    ]
+
+
+def with_gpus(read: Callable[[Any, list[Any]], T], lib: Any = None) -> T | None:
+    """``read(lib, handles)`` with NVML initialised (``lib``, default pynvml) and the
+    node's GPU handles by index, NVML shut down after; None where NVML cannot be read
+    here (no ``nvidia-ml-py``, no driver, an NVML error on the way)."""
+    try:
+        lib = lib or load_library()
+    except NVMLUnavailable:
+        return None
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError:
+        return None
+    try:
+        return read(
+            lib, [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+        )
+    except lib.NVMLError:
+        return None
+    finally:
+        lib.nvmlShutdown()
+
+
+def read_host_gpus(lib: Any = None) -> list[gpu_scope.HostGPU] | None:
+    """``host_gpus`` of this node; None where NVML cannot be read here."""
+    return with_gpus(host_gpus, lib)
+
+
+def _note(chosen: gpu_scope.Scope, host: int) -> str:
+    """What the scope hid, and that a MIG instance is read through its whole GPU."""
+    notes = [gpu_scope.describe(chosen, host)] if chosen.note else []
+    migs = [d.mig.uuid for d in chosen.devices if d.mig is not None]
+    if migs:
+        notes.append(
+            f"MIG instance {', '.join(migs)}: its whole GPU is read (NVML measures power, "
+            "energy and utilisation per GPU), other instances' work included"
+        )
+    return "; ".join(notes)
 
 
 class GPUs:
@@ -144,9 +219,13 @@ class GPUs:
             raise NVMLUnavailable(f"NVML did not initialise: {exc}") from None
         try:
             handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
-            chosen, note = _visible(lib, handles, visible)
+            found = gpu_scope.scope(visible, host_gpus(lib, handles))
+            chosen = found.gpus
             if not chosen:
-                raise NVMLUnavailable(note or "NVML found no GPU")
+                raise NVMLUnavailable(
+                    gpu_scope.describe(found, len(handles)) if handles else "NVML found no GPU"
+                )
+            note = _note(found, len(handles))
             devices = [cls._device(lib, handles[i], i) for i in chosen]
         except lib.NVMLError as exc:
             lib.nvmlShutdown()
@@ -158,14 +237,8 @@ class GPUs:
 
     @staticmethod
     def _device(lib: Any, handle: Any, index: int) -> Device:
-        def maybe(call: Callable[[], Any]) -> Any:
-            try:
-                return call()
-            except lib.NVMLError:
-                return None
-
-        limit = maybe(lambda: lib.nvmlDeviceGetEnforcedPowerLimit(handle))
-        memory = maybe(lambda: lib.nvmlDeviceGetMemoryInfo(handle).total)
+        limit = _maybe(lib, lambda: lib.nvmlDeviceGetEnforcedPowerLimit(handle))
+        memory = _maybe(lib, lambda: lib.nvmlDeviceGetMemoryInfo(handle).total)
         return Device(
             index=index,
             name=_text(lib.nvmlDeviceGetName(handle)),

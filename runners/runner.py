@@ -29,14 +29,14 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, hf_baselines, nvml, procs, sla
+from runners import __version__, causes, nvml, procs, sla
 from runners import conditions as cond
 from runners import endpoint as ep
+from runners import hf_config as hfc
 from runners import telemetry as tm
 from runners.document import DocumentWriter
 from runners.environment import capture
 from runners.fingerprint import fingerprint
-from runners.hf import HFConfig
 from runners.progress import Progress
 from runners.report import NoReporter, Reporter, ReportError, ReportRejected, RunCancelled
 from runners.result import Event, Measurement, PointInfo, ResultDocument, utcnow
@@ -66,27 +66,6 @@ class ExitCode(IntEnum):
 
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, turned into an exception so the same cleanup as Ctrl-C runs."""
-
-
-def hf_config(spec: Spec, backend: HFBackend) -> HFConfig:
-    point = hf_point(spec, backend)
-    return HFConfig(
-        model=spec.model.id,
-        revision=spec.model.revision,
-        tokenizer=spec.model.tokenizer,
-        trust_remote_code=spec.model.trust_remote_code,
-        dtype=spec.model.dtype,
-        input_len=point.input_len,
-        output_len=point.output_len,
-        num_prompts=point.num_prompts,
-        num_warmups=backend.num_warmups,
-        seed=spec.workload.seed,
-        attn_implementation=backend.attn_implementation,
-        # The servers' prompts, as they get them (the spec keeps their api consistent).
-        prompts_file=spec.workload.dataset_path if spec.workload.dataset == "custom" else None,
-        chat_template=spec.workload.dataset == "custom"
-        and any(b.api == "chat" for b in spec.served_backends),
-    )
 
 
 def server_groups(spec: Spec) -> list[list[VLLMBackend]]:
@@ -208,12 +187,7 @@ class Runner:
     ) -> Measurement:
         """An HF baseline in a child process: hf-sequential (``runners.hf``), or
         hf-static-cache and hf-batched at ``point`` (``runners.hf_baselines``)."""
-        config: HFConfig | hf_baselines.BaselineConfig
-        if backend.kind == "hf-sequential":
-            config, module = hf_config(self.spec, backend), ["runners", "hf"]  # type: ignore[arg-type]
-        else:
-            config = hf_baselines.child_config(self.spec, backend, point)
-            module = ["runners.hf_baselines"]
+        config = hfc.for_backend(self.spec, backend, point)
         point = point or hf_point(self.spec, backend)  # type: ignore[arg-type]
         stem = f"{backend.name}-r{repeat}"  # names may contain '.': no with_suffix
         if backend.kind == "hf-batched":
@@ -222,16 +196,9 @@ class Runner:
         log_path = self.workdir / f"{stem}.log"
         result_path.unlink(missing_ok=True)
         started_at, t = utcnow(), time.monotonic()
-        argv = [
-            sys.executable,
-            "-m",
-            *module,
-            *config.flags(),
-            "--result",
-            str(result_path),
-        ]
-        if self.cores.source == "--cpus":  # else it inherits the affinity or $SERVEBENCH_CPUS
-            argv += ["--cpus", self.cores.text]
+        # --cpus only when the runner was given it; else the child inherits the affinity.
+        cpus = self.cores.text if self.cores.source == "--cpus" else None
+        argv = hfc.child_argv(config, sys.executable, str(result_path), cpus)
         # GPU telemetry is sampled here, in the runner, never inside the measured child.
         with nvml.Sampler() as gpu:
             code = procs.run(argv, log_path, env=procs.python_env())

@@ -204,13 +204,13 @@ def _stop_runs_here() -> int:
     import django
 
     django.setup()
-    from portal.benchmarks import services
+    from portal.benchmarks import lifecycle
     from portal.benchmarks.models import ACTIVE_STATUSES, Run
     from portal.dispatch import dispatcher
 
     runs = list(Run.objects.filter(status__in=ACTIVE_STATUSES))
     for run in runs:
-        services.cancel_run(run)
+        lifecycle.cancel_run(run)
         dispatcher.stop_run(run.pk)
     if runs:
         print(f"cancelled {len(runs)} active run(s): {', '.join(r.short_id for r in runs)}")

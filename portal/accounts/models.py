@@ -56,8 +56,6 @@ class ApiToken(models.Model):
 
     @property
     def prefix(self) -> str:
-        from portal.accounts.tokens import PREFIXES
-
         return PREFIXES[self.kind]
 
     @property
@@ -66,6 +64,10 @@ class ApiToken(models.Model):
             return False
         return self.expires_at is None or self.expires_at > timezone.now()
 
+
+# What a token's plaintext starts with, by kind (``portal.accounts.tokens`` issues and
+# parses them).
+PREFIXES = {ApiToken.Kind.CI: "sb_ci_", ApiToken.Kind.RUN: "sb_run_"}
 
 # The permission's full name, as ``user.has_perm`` takes it.
 TRUST_REMOTE_CODE = "accounts.trust_remote_code"

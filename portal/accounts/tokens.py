@@ -21,9 +21,8 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from portal.accounts.models import ApiToken
+from portal.accounts.models import PREFIXES, ApiToken
 
-PREFIXES = {ApiToken.Kind.CI: "sb_ci_", ApiToken.Kind.RUN: "sb_run_"}
 LOOKUP_CHARS = 10
 # Writing last_used_at on every request would turn each API read into a write.
 LAST_USED_RESOLUTION = timedelta(seconds=60)

@@ -20,9 +20,11 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from portal.benchmarks.ingestion import IngestRefused
+from portal.benchmarks.lifecycle import RunFinished
 from portal.benchmarks.policy import SpecForbidden
 from portal.benchmarks.queries import FilterError
-from portal.benchmarks.services import IngestRefused, RunFinished, SpecError
+from runners import spec as rs
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     extra: dict[str, Any] = {}
     if isinstance(exc, SpecForbidden):
         code, status_code, fields, message = "forbidden_field", 403, exc.errors, str(exc)
-    elif isinstance(exc, SpecError):
+    elif isinstance(exc, rs.SpecError):
         code, status_code, fields = "invalid_spec", 400, exc.errors
         message = str(exc)
         if not fields[0]["field"]:

@@ -25,7 +25,7 @@ from portal.api.errors import ApiError
 from portal.api.parsers import JSONParser
 from portal.api.serializers import AcceptedSerializer, MeasurementAcceptedSerializer
 from portal.api.views import check_body_size
-from portal.benchmarks import services
+from portal.benchmarks import ingestion
 from portal.benchmarks.models import Environment, Run
 from portal.dispatch.executors import ExecutorError, get_executor
 from portal.lib.logctx import bound_run
@@ -131,7 +131,7 @@ class RunnerEvents(RunnerView):
                 event = _with_image_digest(run, event)
             if event.type in ("finished", "failed"):
                 _fill_image_digest(run)  # before the run ends: its pages show the digest
-            status = services.ingest_event(run, event)
+            status = ingestion.ingest_event(run, event)
             if event.type == "finished":
                 warm.ended(run.pk)  # its page and history, for the first reader
         return Response({"ok": True, "run_status": status})
@@ -153,7 +153,7 @@ class RunnerMeasurements(RunnerView):
         with bound_run(run.public_id):
             measurement = _validate(rr.Measurement, request.data)
             try:
-                _, created = services.ingest_measurement(run, measurement)
-            except services.StorageUnavailable as exc:
+                _, created = ingestion.ingest_measurement(run, measurement)
+            except ingestion.StorageUnavailable as exc:
                 raise ApiError(503, "storage_unavailable", str(exc)) from None
         return Response({"ok": True, "created": created}, status=201 if created else 200)

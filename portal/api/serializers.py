@@ -1,6 +1,6 @@
 """Output shapes of the REST API (and input shapes for the OpenAPI schema).
 
-Validation of specs is the runners' pydantic model's job (``services.spec_from_request``);
+Validation of specs is the runners' pydantic model's job (``intake.spec_from_request``);
 the input serializers here only document the body in the schema.
 """
 

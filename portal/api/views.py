@@ -37,7 +37,7 @@ from portal.api.serializers import (
     measurement_rows,
     run_summaries,
 )
-from portal.benchmarks import presets, queries, services, sharing
+from portal.benchmarks import documents, intake, lifecycle, presets, queries, sharing
 from portal.benchmarks.models import Environment, Run
 from runners import spec as rs
 
@@ -162,8 +162,8 @@ class RunListCreate(APIView):
         if isinstance(data, dict) and isinstance(data.get("spec"), str):
             # A spec given as YAML/JSON text inside the JSON body.
             data = {**data, "spec": load_yaml(data["spec"])}
-        req = services.spec_from_request(data, request.user)
-        run = services.create_run(request.user, req.spec, req.name, is_public=req.is_public)
+        req = intake.spec_from_request(data, request.user)
+        run = intake.create_run(request.user, req.spec, req.name, is_public=req.is_public)
         body = dict(RunSerializer(run, context={"request": request}).data)
         if req.warnings:
             # What the executor may not give it (preflight): queued anyway, said at once.
@@ -192,7 +192,7 @@ class RunResult(APIView):
     )
     def get(self, request: Request, public_id: str) -> Response:
         run = get_run_or_404(request.user, public_id)
-        response = Response(sharing.document_for(request.user, run, services.result_document(run)))
+        response = Response(sharing.document_for(request.user, run, documents.result_document(run)))
         if request.query_params.get("download"):
             response["Content-Disposition"] = (
                 f'attachment; filename="servebench-{run.public_id}-result.json"'
@@ -240,7 +240,7 @@ class RunCancel(APIView):
         run = get_run_or_404(request.user, public_id)
         if not queries.may_manage(request.user, run):
             raise ApiError(403, "forbidden", "only the run's owner can cancel it")
-        if not services.cancel_run(run, by=request.user):
+        if not lifecycle.cancel_run(run, by=request.user):
             run.refresh_from_db()
             raise ApiError(
                 409,

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.benchmarks import services
+from portal.benchmarks import lifecycle
 from portal.benchmarks.models import Baseline, Environment, Measurement, Run
 
 
@@ -46,7 +46,7 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected runs")
     def cancel(self, request, queryset):
-        count = sum(services.cancel_run(run, by=request.user) for run in queryset)
+        count = sum(lifecycle.cancel_run(run, by=request.user) for run in queryset)
         self.message_user(request, f"Cancelled {count} run(s).")
 
 

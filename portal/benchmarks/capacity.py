@@ -15,8 +15,12 @@ errs high).
 
 Decode roofline: each decode step reads every weight once plus the KV cache of every
 sequence in the batch. Bytes per step x steps per second (batch / TPOT tokens per
-second, i.e. 1 / TPOT steps) against the GPU's HBM bandwidth is the fraction reached.
-Only for GPUs in ``GPUS``; "n/a" on a CPU or an unknown GPU.
+second, i.e. 1 / TPOT steps) against the HBM bandwidth of the server's GPUs is the
+fraction reached. Only for GPUs in ``GPUS``; "n/a" on a CPU or an unknown GPU.
+
+A server's GPUs are the spec's rule (``runners.spec.VLLMBackend.gpus_per_server``:
+tensor x pipeline x data parallel, ``ServerGPUs``): the memory and the bandwidth are
+theirs, and each data-parallel replica holds (and each step reads) the weights once.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from runners import spec as rs
 
 # The GPU table and the roofline arithmetic live with the runner, which computes them too
 # (python -m runners gpu-check); re-exported here for the portal.
@@ -190,12 +196,33 @@ def reported_cache(
     return None
 
 
+@dataclass(frozen=True)
+class ServerGPUs:
+    """The GPUs one server of a vLLM backend spans and how many copies of the weights
+    they hold: ``gpus`` is ``runners.spec.VLLMBackend.gpus_per_server`` (tensor x pipeline
+    x data parallel), ``replicas`` the data-parallel size (each replica holds the weights
+    once, split over its tensor x pipeline GPUs)."""
+
+    gpus: int = 1
+    replicas: int = 1
+
+    @classmethod
+    def of(cls, backend: Mapping[str, Any]) -> ServerGPUs:
+        """From a stored spec's vLLM backend (read as a stored spec is: ``stored``)."""
+        if not backend:
+            return cls()
+        parsed = rs.VLLMBackend.model_validate(backend, context={"stored": True})
+        replicas = rs.parallel_size(parsed.extra_args, "--data-parallel-size")
+        return cls(parsed.gpus_per_server, replicas)
+
+
 def estimated_cache(
     snapshot: Mapping[str, Any],
     backend: Mapping[str, Any],
     weights_bytes: int | None,
 ) -> CacheSize | None:
-    """VLLM_CPU_KVCACHE_SPACE on CPU, else GPU memory x utilization - weights."""
+    """VLLM_CPU_KVCACHE_SPACE on CPU, else the server's GPUs' memory x utilization - the
+    weights (once per data-parallel replica)."""
     env = snapshot.get("env") if isinstance(snapshot.get("env"), Mapping) else {}
     gpu = snapshot.get("gpu") if isinstance(snapshot.get("gpu"), Mapping) else {}
     count = _int(gpu.get("count")) or 0
@@ -212,15 +239,17 @@ def estimated_cache(
     if weights_bytes is None:
         return None
     utilization = _num(backend.get("gpu_memory_utilization")) or DEFAULT_GPU_MEMORY_UTILIZATION
-    tp = _int(backend.get("tensor_parallel_size")) or 1
-    total = memory_mib * 2**20 * tp
-    free = total * utilization - weights_bytes
+    server = ServerGPUs.of(backend)
+    total = memory_mib * 2**20 * server.gpus
+    free = total * utilization - weights_bytes * server.replicas
     if free <= 0:
         return CacheSize(0, "estimate: the weights fill the memory vLLM may use", estimated=True)
+    copies = f" x {server.replicas} data-parallel replicas" if server.replicas > 1 else ""
     return CacheSize(
         int(free),
-        f"estimate: {tp} x {memory_mib / 1024:.0f} GiB x gpu_memory_utilization "
-        f"{utilization:g} - {weights_bytes / GIB:.1f} GiB weights (activations not counted)",
+        f"estimate: {server.gpus} x {memory_mib / 1024:.0f} GiB x gpu_memory_utilization "
+        f"{utilization:g} - {weights_bytes / GIB:.1f} GiB weights{copies} (activations not "
+        "counted)",
         estimated=True,
     )
 
@@ -330,9 +359,15 @@ def plan(
     elif out.weights_bytes is None:
         out.roofline_note = "n/a: the weights' size could not be estimated."
     else:
-        tp = _int(backend.get("tensor_parallel_size")) or 1
+        # Every GPU of the server reads at once; each data-parallel replica reads the
+        # weights in each of its steps.
+        server = ServerGPUs.of(backend)
         out.roofline = decode_roofline(
-            out.gpu, tp, out.weights_bytes, out.kv_bytes_per_token, curve
+            out.gpu,
+            server.gpus,
+            out.weights_bytes * server.replicas,
+            out.kv_bytes_per_token,
+            curve,
         )
         if not out.roofline:
             out.roofline_note = "n/a: no point reported a TPOT."

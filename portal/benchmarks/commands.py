@@ -4,11 +4,10 @@ A runner reports the exact ``vllm serve``, ``vllm bench serve`` and HF baseline 
 ran, and the run page puts them under Copy buttons: people paste them into a shell. A
 runner is not trusted to report them honestly, so the page shows a reported command only
 when it is the one the run's spec implies, built by the runner's own functions
-(``runners.vllm_server.serve_flags``, ``runners.vllm_bench.bench_flags``; the HF
-baseline's as ``runners.hf.HFConfig.command`` writes it, which needs numpy to import, so it
-is rebuilt here and a test keeps the two equal); only the free port and the result file's
-directory and name may differ. Otherwise it shows the implied command, with this
-portal's placeholders.
+(``runners.vllm_server.serve_flags``, ``runners.vllm_bench.bench_flags``, and the HF
+baselines' ``runners.hf_config``, which imports neither torch nor numpy); only the free
+port and the result file's directory and name may differ. Otherwise it shows the
+implied command, with this portal's placeholders.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import re
 import shlex
 from pathlib import Path
 
-from runners import sla
+from runners import hf_config, sla
 from runners import spec as rs
 from runners import transformers_server as ts
 from runners.vllm_bench import bench_command, bench_flags
@@ -76,40 +75,9 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
 def hf_command(
     spec: rs.Spec, backend: rs.HFBackend | rs.HFBatchedBackend, point: rs.Point | None = None
 ) -> str:
-    """``runners.runner.hf_config(spec, backend).command()`` (for hf-static-cache and
-    hf-batched at ``point``: ``runners.hf_baselines.child_config``), without importing
-    torch's and numpy's side of the runner."""
-    m = spec.model
-    point = point or rs.hf_point(spec, backend)  # type: ignore[arg-type]
-    argv = ["--model", m.id]
-    for flag, value in (
-        ("--revision", m.revision),
-        ("--tokenizer", m.tokenizer),
-        ("--attn-implementation", backend.attn_implementation),
-    ):
-        if value is not None:
-            argv += [flag, value]
-    argv += [
-        "--dtype", m.dtype,
-        "--input-len", str(point.input_len),
-        "--output-len", str(point.output_len),
-        "--num-prompts", str(point.num_prompts),
-        "--num-warmups", str(backend.num_warmups),
-        "--seed", str(spec.workload.seed),
-    ]  # fmt: skip
-    if m.trust_remote_code:
-        argv.append("--trust-remote-code")
-    if spec.workload.dataset == "custom":  # the servers' prompts (runners.runner.hf_config)
-        argv += ["--prompts-file", str(spec.workload.dataset_path)]
-        if any(b.api == "chat" for b in spec.served_backends):
-            argv.append("--chat-template")
-    if isinstance(backend, rs.HFBatchedBackend):
-        argv = ["batched", *argv, "--batch-size", str(point.max_concurrency)]
-    elif isinstance(backend, rs.HFStaticCacheBackend):
-        argv = ["static-cache", *argv, "--compile-backend", backend.compile_backend]
-    else:
-        return shlex.join(["python", "-m", "runners", "hf", *argv])
-    return shlex.join(["python", "-m", "runners.hf_baselines", *argv])
+    """The HF baseline's command for ``backend`` (hf-batched: at ``point``), as the runner
+    runs it (``runners.hf_config.for_backend``)."""
+    return hf_config.for_backend(spec, backend, point).command()
 
 
 def matches(reported: str, expected: str) -> bool:

@@ -2,7 +2,7 @@
 
 Facts that lists filter or sort on are real columns (model, GPU, backends, status,
 headline metrics); everything else the runner sends is kept as JSON next to them, so the
-result document can be rebuilt exactly (``services.result_document``).
+result document can be rebuilt exactly (``documents.result_document``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ rules, from settings an admin sets (``portal/settings.py``):
 - A local directory as ``model.id`` / ``model.tokenizer`` only under
   SERVEBENCH_MODEL_ROOTS, a ``workload.dataset_path`` only under SERVEBENCH_DATASET_ROOTS:
   a runner reads whatever it is pointed at (``/`` as a model would hash the whole host).
+- ``resources.image`` only the deployment's runner image or one listed in
+  SERVEBENCH_ALLOWED_RUNNER_IMAGES (``check_image``): the runner Pod gets the HF token and
+  the shared model cache.
 - ``resources.gpu_type`` one of SERVEBENCH_GPU_TYPES (the cluster's node label values).
 - ``resources.node_selector`` keys among SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS, and
   never one the admin's SERVEBENCH_K8S_NODE_SELECTOR sets (the admin's placement wins).
@@ -18,8 +21,9 @@ rules, from settings an admin sets (``portal/settings.py``):
   (the HF token, a run token) to a host. A LoRA adapter's local path under
   SERVEBENCH_MODEL_ROOTS.
 
-``check(spec, user)`` raises ``runners.spec.SpecError`` (400) or ``SpecForbidden`` (403),
-each naming the field (without the ``spec.`` prefix the API adds) and what to do next.
+``check_image(spec)`` then ``check(spec, user)`` raise ``runners.spec.SpecError`` (400) or
+``SpecForbidden`` (403), each naming the field (without the ``spec.`` prefix the API adds)
+and what to do next.
 """
 
 from __future__ import annotations
@@ -92,6 +96,29 @@ def _check_path(field: str, value: str, roots: list[str], what: str, setting: st
             field,
             f"{what} {value!r} is not under the directories this portal allows "
             f"({', '.join(roots)}; {setting}); move it there or use a hub id",
+        )
+
+
+def image_allowed(image: str) -> bool:
+    """May a spec name this runner image? The runner Pod gets the HF token and the shared
+    model cache, so only the deployment's runner image and the images an admin listed in
+    SERVEBENCH_ALLOWED_RUNNER_IMAGES (exact, or a prefix ending in '*') are accepted."""
+    allowed = [settings.SERVEBENCH_K8S_RUNNER_IMAGE, *settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES]
+    return any(
+        image.startswith(entry[:-1]) if entry.endswith("*") else image == entry
+        for entry in allowed
+        if entry
+    )
+
+
+def check_image(spec: rs.Spec) -> None:
+    """SpecError naming resources.image when the spec picks an image not allowed here."""
+    image = spec.resources.image
+    if image and not image_allowed(image):
+        raise _error(
+            "resources.image",
+            f"image {image!r} is not allowed on this portal; leave it out to use the default "
+            "runner image, or ask an admin to add it to SERVEBENCH_ALLOWED_RUNNER_IMAGES",
         )
 
 

@@ -3,15 +3,16 @@
 ``runners.spec`` says what a valid spec is anywhere and ``policy`` what a user may ask of
 this deployment; this module says what its executor can actually provide, so a run that
 is bound to fail (or to measure something else than asked) is refused or warned about at
-submission instead of minutes later. The API (``services.spec_from_request``) and the
+submission instead of minutes later. The API (``intake.spec_from_request``) and the
 form (``portal.web.forms``) both call ``check``.
 
 Refused (SpecError, HTTP 400 naming the field; every refusal at once):
 
 - ``resources.gpu_count`` above the GPUs the local executor's machine has
-  (SERVEBENCH_LOCAL_GPUS, by default the NVIDIA devices seen here): on a machine without
-  a GPU the runner would silently measure the CPU instead. ``gpu_count: 0`` runs on the
-  CPU on purpose (the tiny demo preset does).
+  (SERVEBENCH_LOCAL_GPUS, by default the GPUs seen here as CUDA_VISIBLE_DEVICES scopes
+  them: ``local_gpus``): on a machine without a GPU the runner would silently measure
+  the CPU instead. ``gpu_count: 0`` runs on the CPU on purpose (the tiny demo preset
+  does).
 - ``resources.gpu_count`` above SERVEBENCH_K8S_MAX_GPUS on Kubernetes (no node has that
   many: the Job would fail at dispatch).
 
@@ -32,10 +33,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
 from portal.benchmarks import policy
+from runners import gpu_scope, nvml
 from runners import spec as rs
 
 _TRUE = ("1", "true", "yes", "on")
@@ -56,21 +59,20 @@ class Finding:
 # --------------------------------------------------------------------------- this machine
 
 
-def local_gpus() -> int:
-    """GPUs a local runner gets: SERVEBENCH_LOCAL_GPUS, else the NVIDIA devices in /dev
-    (``nvidia0``, ``nvidia1``...) limited by CUDA_VISIBLE_DEVICES when it is set."""
+def local_gpus(lib: Any = None) -> int:
+    """GPUs a local runner gets: SERVEBENCH_LOCAL_GPUS, else the devices this machine's
+    GPUs give a process under its CUDA_VISIBLE_DEVICES, by CUDA's rules
+    (``runners.gpu_scope``: what a run's environment records and its telemetry reads).
+    The machine's GPUs are NVML's (``lib``, default pynvml), else the NVIDIA device files
+    in /dev (``nvidia0``, ``nvidia1``...; known by index only, so a ``GPU-`` UUID names
+    none of them)."""
     if settings.SERVEBENCH_LOCAL_GPUS is not None:
         return int(settings.SERVEBENCH_LOCAL_GPUS)
-    count = sum(1 for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        listed = 0
-        for item in visible.split(","):
-            if not item.strip() or item.strip().startswith("-"):
-                break  # CUDA stops at the first invalid entry ("-1" hides every GPU)
-            listed += 1
-        count = min(count, listed)
-    return count
+    host = nvml.read_host_gpus(lib)
+    if host is None:
+        count = sum(1 for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit())
+        host = [gpu_scope.HostGPU(i, "") for i in range(count)]
+    return len(gpu_scope.scope(os.environ.get("CUDA_VISIBLE_DEVICES"), host).devices)
 
 
 def hub_offline() -> bool:

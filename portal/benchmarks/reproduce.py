@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from portal.benchmarks import compare as cmp
-from portal.benchmarks import queries, services
+from portal.benchmarks import intake, queries
 from portal.benchmarks.models import Run
 from servebench import verdict as engine
 from servebench.verdict import MetricVerdict
@@ -44,7 +44,7 @@ def rerun(run: Run, user: AbstractBaseUser) -> Run:
     """Queue the same spec again for ``user`` (the owner, or staff); PermissionError else."""
     if not queries.can_cancel(user, run):
         raise PermissionError("only the run's owner can re-run it")
-    return services.create_run(user, run.spec, rerun_name(run))
+    return intake.create_run(user, run.spec, rerun_name(run))
 
 
 def original_id(run: Run) -> str | None:

@@ -103,7 +103,7 @@ def error_for(manager: bool, text: str | None) -> str:
 
 
 def document_for(user: AbstractBaseUser | AnonymousUser | None, run: Run, doc: dict) -> dict:
-    """A result document (``services.result_document``) as ``user`` may see it: for who
+    """A result document (``documents.result_document``) as ``user`` may see it: for who
     does not manage the run, errors are one line each and the environment is scrubbed."""
     manager = queries.may_manage(user, run)
     doc = dict(doc)

@@ -49,8 +49,8 @@ from django.utils import timezone
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token, revoke_token
+from portal.benchmarks.lifecycle import deadline_for, enqueue_dispatch, transition
 from portal.benchmarks.models import FINAL_STATUSES, Run, RunStatus
-from portal.benchmarks.services import deadline_for, enqueue_dispatch, transition
 from portal.dispatch.executors import (
     Executor,
     ExecutorError,

@@ -15,8 +15,9 @@
   error and warning. Without JavaScript the submit does the same and re-renders.
 - **Every problem at once, at its field**, named by its spec path as the API names it
   (``spec.workload.input_len``); what has no field of its own goes under the spec text.
-  The runner's spec model validates; this portal's rules (``policy``, ``check_image``) and
-  what its executor can give (``preflight``: refusals and warnings) follow.
+  The runner's spec model validates; this portal's rules (``policy.check_image``,
+  ``policy.check``) and what its executor can give (``preflight``: refusals and warnings)
+  follow.
 """
 
 from __future__ import annotations
@@ -347,9 +348,7 @@ class RunForm(forms.Form):
         self.matched_preset = _preset_of(spec)
         # The runner image, the deployment's rules, then what its executor can give: at
         # their fields too, every one at once, before anything is queued.
-        from portal.benchmarks.services import check_image
-
-        for rule in (check_image, lambda s: policy.check(s, self.user)):
+        for rule in (policy.check_image, lambda s: policy.check(s, self.user)):
             try:
                 rule(spec)
             except rs.SpecError as exc:

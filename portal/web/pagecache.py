@@ -11,7 +11,7 @@ runner reports the end (``run_page.warm``), so even a reader's first visit is se
 Every key carries the stamps of what the value depends on, so there is nothing to
 delete by hand: a run's ``updated_at``, which each write that can still touch a finished
 run moves (sharing toggles, status changes: ``sharing.set_public``,
-``services.transition``); for compare and history, a stamp of the series the verdict
+``lifecycle.transition``); for compare and history, a stamp of the series the verdict
 reads its noise from (how many runs the reader sees in it, and the latest
 ``updated_at`` among them). ``VERSION`` changes when what is cached changes shape.
 Unfinished runs are never cached: their pages are rebuilt on every request.

@@ -10,8 +10,8 @@ from portal.benchmarks import commands, sharing
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Measurement, Run
 from portal.benchmarks.points import PointStats, RunResults
+from portal.benchmarks.policy import image_allowed
 from portal.benchmarks.runview import LoadedRun
-from portal.benchmarks.services import image_allowed
 from runners import envfacts
 from runners import spec as rs
 from servebench import verdict

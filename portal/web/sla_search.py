@@ -1,7 +1,7 @@
 """The run page's section on SLA searches and endpoint backends (``_sla_search.html``).
 
 One presenter for one partial, kept apart from the page's other presenters: the answer
-and path of each SLA search (``runners.sla`` through ``services.sla_searches``, the same
+and path of each SLA search (``runners.sla`` through ``ingestion.sla_searches``, the same
 numbers the result document, the API and the CLI give), what each endpoint said about
 itself (the environment's ``endpoints``), and a note wherever an endpoint's output
 lengths could not be forced (``raw["servebench"]``, ``runners.vllm_bench.request_facts``).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal.benchmarks import services
+from portal.benchmarks import ingestion
 from portal.benchmarks.models import Measurement, Run
 from portal.benchmarks.runview import LoadedRun
 from runners import spec as rs
@@ -105,7 +105,7 @@ def section(view: LoadedRun) -> dict[str, Any] | None:
     spec, run = view.spec, view.run
     if spec is None or (spec.sla_search is None and not spec.endpoint_backends):
         return None
-    searches = services.sla_searches(run, spec) if spec.sla_search else []
+    searches = ingestion.sla_searches(run, spec) if spec.sla_search else []
     endpoints = _endpoints(view) if spec.endpoint_backends else []
     notes = _endpoint_notes(run) if spec.endpoint_backends else []
     return {

@@ -179,7 +179,7 @@ def metrics_from(detail: dict[str, list[Any]], concurrency: int) -> dict[str, fl
 def measured_run(make_run: Callable[..., Any]) -> Callable[..., Any]:
     """A succeeded run of ``tiny_spec`` (hf baseline + vLLM at concurrency 1 and 4) with
     seeded per-request data; ``failed=True`` makes it a failed run with a reason."""
-    from portal.benchmarks import services
+    from portal.benchmarks import ingestion
     from portal.benchmarks.models import Run, RunStatus
     from runners.result import Measurement
 
@@ -205,7 +205,7 @@ def measured_run(make_run: Callable[..., Any]) -> Callable[..., Any]:
                 body["point"].update(sweep="baseline", axis=None, value=None)
             body["metrics"] = metrics_from(detail, concurrency)
             body["raw"] = {"completed": n}
-            services.ingest_measurement(run, Measurement.model_validate(body))
+            ingestion.ingest_measurement(run, Measurement.model_validate(body))
         if failed:
             Run.objects.filter(pk=run.pk).update(
                 status=RunStatus.FAILED, failure_reason="server failed to start: out of memory"

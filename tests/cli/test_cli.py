@@ -245,7 +245,7 @@ def test_the_exit_code_agrees_with_the_computed_verdict(cli, portal, personas, m
     result = cli(
         "compare", base.public_id, cand.public_id, "--format", "json", url=url, token=token
     )
-    from portal.benchmarks.services import result_document
+    from portal.benchmarks.documents import result_document
 
     expected = compare_documents(result_document(base), result_document(cand))
     assert json.loads(result.out)["regressed"] == expected.regressed

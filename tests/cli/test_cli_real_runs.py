@@ -247,7 +247,7 @@ def test_results_of_a_real_run_in_every_format(real_runs):
 
 
 def test_compare_two_real_runs_exits_as_the_verdict_says(real_runs):
-    from portal.benchmarks.services import result_document
+    from portal.benchmarks.documents import result_document
 
     base_id, cand_id = real_runs.ids
     docs = [result_document(Run.objects.get(public_id=i)) for i in (base_id, cand_id)]

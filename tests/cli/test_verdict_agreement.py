@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.benchmarks import services
+from portal.benchmarks import documents, ingestion, intake
 from portal.benchmarks.models import Run, RunStatus
 from runners.result import Measurement
 from servebench import stats
@@ -71,7 +71,7 @@ def stored_run(
 ) -> Run:
     """A succeeded run of ``spec``: one repeat per entry of ``scales`` (latencies scaled by
     it, so throughput by its inverse), created ``minutes`` after now."""
-    run = services.create_run(owner, {**spec, "repeats": len(scales)}, name or None)
+    run = intake.create_run(owner, {**spec, "repeats": len(scales)}, name or None)
     Run.objects.filter(pk=run.pk).update(
         status=RunStatus.RUNNING, created_at=timezone.now() + timedelta(minutes=minutes)
     )
@@ -94,7 +94,7 @@ def stored_run(
                 "started_at": "2026-11-30T06:00:00+00:00",
                 "finished_at": "2026-11-30T06:00:05+00:00", "duration_s": 5.0,
             }  # fmt: skip
-            services.ingest_measurement(run, Measurement.model_validate(body))
+            ingestion.ingest_measurement(run, Measurement.model_validate(body))
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
     run.refresh_from_db()
     return run
@@ -222,5 +222,5 @@ def test_the_cli_and_the_documents_give_the_same_comparison(live_server, persona
         "compare", base.public_id, cand.public_id, "--format", "json",
         url=live_server.url, token=owner.token,
     )  # fmt: skip
-    offline = compare_documents(services.result_document(base), services.result_document(cand))
+    offline = compare_documents(documents.result_document(base), documents.result_document(cand))
     assert json.loads(result.out)["points"] == offline.as_dict()["points"]

@@ -14,7 +14,7 @@ import pytest
 from k8s_support import GPU_TYPE, gpu_spec
 from kubernetes import client
 
-from portal.benchmarks import services
+from portal.benchmarks import intake
 from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher, kubejob
 from runners import spec as rs
@@ -144,8 +144,8 @@ def test_what_an_endpoint_spec_may_not_ask_is_refused_naming_the_field(
 ):
     spec = endpoint_spec()
     change(spec)
-    with pytest.raises(services.SpecError) as caught:
-        services.spec_from_request({"spec": json.loads(json.dumps(spec))}, make_user())
+    with pytest.raises(rs.SpecError) as caught:
+        intake.spec_from_request({"spec": json.loads(json.dumps(spec))}, make_user())
     first = caught.value.errors[0]
     assert first["field"] == field, caught.value.errors
     assert words in first["message"]

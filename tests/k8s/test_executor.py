@@ -25,7 +25,7 @@ from k8s_support import GPU_TYPE, free_port, gpu_spec, secret_value, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from portal.benchmarks import services
+from portal.benchmarks import lifecycle
 from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher, kubejob
 from portal.dispatch.executors import ExecutorState, ExecutorUnavailable, get_executor
@@ -457,7 +457,7 @@ def test_cancel_deletes_the_job_with_its_pod_and_secret(k8s, make_run, kube_api,
     handle = run.executor_handle
     ns, name = handle["namespace"], handle["job"]
     kubelet.running(kubelet.pod_of(name))
-    assert services.cancel_run(run)
+    assert lifecycle.cancel_run(run)
     assert dispatcher.stop_run(run.pk)  # what the stop task does
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import webdata
 
-from portal.benchmarks import services
+from portal.benchmarks import environment, ingestion, intake
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
 
@@ -47,19 +47,19 @@ def run_with(owner: Any, *, hf_contended: bool, vllm_contended_at: int | None = 
     """A finished run through the real services: an HF baseline and a concurrency sweep,
     each measurement carrying its conditions."""
     spec = webdata.sweep_spec([1, 4, 16])
-    run = services.create_run(owner, spec, "conditions")
+    run = intake.create_run(owner, spec, "conditions")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     run.refresh_from_db()
-    services.store_environment(run, webdata.snapshot(), "f" * 64)
+    environment.store_environment(run, webdata.snapshot(), "f" * 64)
     run.refresh_from_db()
     hf = webdata.hf_measurement(40.0).model_copy(update={"conditions": conditions(hf_contended)})
-    services.ingest_measurement(run, hf)
+    ingestion.ingest_measurement(run, hf)
     rng, base = random.Random(1), webdata.recording()
     for c in (1, 4, 16):
         data = webdata.scaled_point(base, c, rng, 2000.0)
         m = webdata.vllm_measurement("concurrency", "max_concurrency", c, data)
         m = m.model_copy(update={"conditions": conditions(c == vllm_contended_at)})
-        services.ingest_measurement(run, m)
-    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+        ingestion.ingest_measurement(run, m)
+    ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run

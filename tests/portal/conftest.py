@@ -134,13 +134,13 @@ def make_run(db: None, make_user: Callable[..., Any]) -> Callable[..., Any]:
     then written directly (status, is_public...) to set up a scenario."""
     from django.db import transaction
 
-    from portal.benchmarks import services
+    from portal.benchmarks import intake
     from portal.benchmarks.models import Run
 
     def make(owner: Any = None, spec: dict[str, Any] | None = None, **fields: Any) -> Run:
         owner = owner or make_user()
         with transaction.atomic():  # keeps the dispatch enqueue out of reach of `db` tests
-            run = services.create_run(owner, spec or tiny_spec())
+            run = intake.create_run(owner, spec or tiny_spec())
         if fields:
             Run.objects.filter(pk=run.pk).update(**fields)
             run.refresh_from_db()

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from portal.benchmarks import services
+from portal.benchmarks import ingestion
 from runners import nvml
 from runners import result as rr
 
@@ -74,6 +74,6 @@ def hf_body(measurement: Any, telemetry: dict[str, Any]) -> dict[str, Any]:
 
 
 def ingest(run: Any, body: dict[str, Any]) -> Any:
-    row, created = services.ingest_measurement(run, rr.Measurement.model_validate(body))
+    row, created = ingestion.ingest_measurement(run, rr.Measurement.model_validate(body))
     assert created
     return row

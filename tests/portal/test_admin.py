@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from portal.accounts.tokens import create_user_token
-from portal.benchmarks import services
+from portal.benchmarks import environment, ingestion
 from portal.benchmarks.models import Environment, Measurement, RunStatus
 from runners.result import Measurement as RunnerMeasurement
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def populated(make_run, make_user, measurement):
     run = make_run(status=RunStatus.RUNNING)
-    services.ingest_measurement(run, RunnerMeasurement.model_validate(measurement()))
-    services.store_environment(run, {"gpu": {"model": "L4", "count": 1}}, "f" * 64)
+    ingestion.ingest_measurement(run, RunnerMeasurement.model_validate(measurement()))
+    environment.store_environment(run, {"gpu": {"model": "L4", "count": 1}}, "f" * 64)
     token = create_user_token(run.owner, "ci").token
     return {
         "run": run,

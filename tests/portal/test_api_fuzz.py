@@ -28,7 +28,7 @@ from schemathesis import GenerationMode
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import create_user_token, issue_token
-from portal.benchmarks import services
+from portal.benchmarks import intake
 from portal.benchmarks.models import Run, RunStatus
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
@@ -43,7 +43,7 @@ def portal(live_server: Any, make_user: Any) -> dict[str, Any]:
     make_user("fuzz-other")
     ci = create_user_token(owner, "fuzz").plaintext
     with transaction.atomic():
-        private = services.create_run(owner, webdata.sweep_spec([1, 4]), "private run")
+        private = intake.create_run(owner, webdata.sweep_spec([1, 4]), "private run")
     Run.objects.filter(pk=private.pk).update(status=RunStatus.RUNNING)
     public = webdata.make_sweep_run(owner, [1, 4], public=True, name="public run")
     run_token = issue_token(owner, kind=ApiToken.Kind.RUN, run=private).plaintext

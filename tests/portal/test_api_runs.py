@@ -126,12 +126,12 @@ def test_public_runs_are_readable_by_everyone(personas, make_run):
 
 
 def test_detail_has_measurements_and_environment(personas, make_run, measurement):
-    from portal.benchmarks import services
+    from portal.benchmarks import environment, ingestion
     from runners.result import Measurement
 
     run = make_run(owner=personas["owner"].user, status=RunStatus.RUNNING)
-    services.ingest_measurement(run, Measurement.model_validate(measurement()))
-    services.store_environment(
+    ingestion.ingest_measurement(run, Measurement.model_validate(measurement()))
+    environment.store_environment(
         run, {"gpu": {"model": "NVIDIA H100", "count": 1}, "software": {"vllm": "0.32.0"}}, "f" * 64
     )
     body = personas["owner"].client.get(f"{RUNS}{run.public_id}/").json()
@@ -147,12 +147,12 @@ def test_detail_has_measurements_and_environment(personas, make_run, measurement
 
 
 def test_result_document_matches_the_runner_contract(personas, make_run, measurement):
-    from portal.benchmarks import services
+    from portal.benchmarks import ingestion
     from runners.result import Measurement
 
     run = make_run(owner=personas["owner"].user, status=RunStatus.RUNNING)
     sent = Measurement.model_validate(measurement())
-    services.ingest_measurement(run, sent)
+    ingestion.ingest_measurement(run, sent)
     response = personas["owner"].client.get(f"{RUNS}{run.public_id}/result?download=1")
     assert response.status_code == 200
     assert "attachment" in response["Content-Disposition"]

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal.accounts.models import ApiToken
-from portal.benchmarks import services
+from portal.benchmarks import ingestion, lifecycle
 from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher
 from portal.dispatch.executors import ExecutorState, ExecutorStatus, get_executor
@@ -135,7 +135,7 @@ def test_a_cancel_during_submit_stops_the_runner(make_run, stand_in):
     run = make_run()
     assert dispatcher.dispatch_run(run.pk) == "submitted"
     run.refresh_from_db()
-    services.cancel_run(run)
+    lifecycle.cancel_run(run)
     assert dispatcher.stop_run(run.pk)
     wait_stopped(run)
 
@@ -204,8 +204,8 @@ def test_reconcile_leaves_a_run_that_reported_its_end(make_run, stand_in):
     run = make_run()
     dispatcher.dispatch_run(run.pk)
     run.refresh_from_db()
-    services.ingest_event(run, Event(type="started", total=3))
-    services.ingest_event(run, Event(type="failed", message="no GPU memory left"))
+    ingestion.ingest_event(run, Event(type="started", total=3))
+    ingestion.ingest_event(run, Event(type="failed", message="no GPU memory left"))
     wait_ended(run)
     assert dispatcher.reconcile().lost == []
     run.refresh_from_db()
@@ -327,7 +327,7 @@ def test_reconcile_stops_a_cancelled_runs_runner(make_run, stand_in):
     run = make_run()
     dispatcher.dispatch_run(run.pk)
     run.refresh_from_db()
-    services.cancel_run(run)  # its stop task is never delivered in this test
+    lifecycle.cancel_run(run)  # its stop task is never delivered in this test
     assert dispatcher.reconcile().stopped == [run.public_id]
     wait_stopped(run)
 

@@ -11,7 +11,7 @@ import pytest
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token
-from portal.benchmarks import policy, services
+from portal.benchmarks import documents, ingestion, intake, policy
 from portal.benchmarks.models import Run, RunStatus
 from runners import sla
 from runners import spec as rs
@@ -56,8 +56,8 @@ def allowed(settings: Any) -> Any:
 
 
 def refusal(user: Any, spec: dict[str, Any]) -> dict[str, str]:
-    with pytest.raises(services.SpecError) as caught:
-        services.spec_from_request({"spec": spec}, user)
+    with pytest.raises(rs.SpecError) as caught:
+        intake.spec_from_request({"spec": spec}, user)
     return caught.value.errors[0]
 
 
@@ -100,10 +100,10 @@ def test_a_key_comes_only_from_where_the_admin_said(allowed, make_user):
     secret = refusal(user, endpoint_spec(backends=[{**PROD, "api_key": {"secret": "k"}}]))
     assert secret["field"] == "spec.backends.0.api_key.secret"
     assert "use api_key.env" in secret["message"]
-    accepted = services.spec_from_request({"spec": endpoint_spec()}, user)
+    accepted = intake.spec_from_request({"spec": endpoint_spec()}, user)
     assert accepted.spec.resources.gpu_count == 0
     assert "PROD_VLLM_BEARER" in json.dumps(accepted.spec.model_dump(mode="json"))  # the name
-    assert "api_key" not in services.spec_fingerprint(accepted.spec)
+    assert "api_key" not in intake.spec_fingerprint(accepted.spec)
 
 
 def test_a_local_lora_adapter_must_lie_under_the_model_roots(allowed, make_user, settings):
@@ -118,7 +118,7 @@ def test_a_local_lora_adapter_must_lie_under_the_model_roots(allowed, make_user,
     assert error["field"] == "spec.backends.0.lora_adapters.0.path"
     assert "SERVEBENCH_MODEL_ROOTS" in error["message"]
     spec["backends"][0]["lora_adapters"][0]["path"] = "/models/adapters/a"
-    services.spec_from_request({"spec": spec}, make_user("u2"))
+    intake.spec_from_request({"spec": spec}, make_user("u2"))
 
 
 # --------------------------------------------------------------------------- a search
@@ -240,7 +240,7 @@ def test_a_search_the_run_left_unfinished_is_stopped_not_running(searching, pers
     died = {**body(spec, rs.search_point(spec, 64), 0.0), "status": "failed", "metrics": {}}
     died["error"] = "the endpoint stopped answering"
     assert post(runner, run, "measurements", died).status_code == 201
-    (live,) = services.sla_searches(run)
+    (live,) = ingestion.sla_searches(run)
     assert live["state"] == "running"
     response = post(runner, run, "events", {"type": "failed", "message": "endpoint gone"})
     assert response.json()["run_status"] == "failed"
@@ -293,7 +293,7 @@ def test_the_page_shows_the_commands_the_runner_ran_for_endpoints_and_searches()
     from pathlib import Path
 
     from portal.benchmarks import commands
-    from runners.runner import hf_config
+    from runners.hf_config import from_spec as hf_config
     from runners.vllm_bench import bench_command, bench_flags
 
     spec = rs.parse_spec(
@@ -330,9 +330,9 @@ def test_a_confirmed_load_shows_the_confirmations_numbers_not_a_mean_with_the_st
     assert post(runner, run, "measurements", body(spec, low, 100.0, repeat=1)).status_code == 201
     (point,) = [p for p in runview.load(run).results.points if p.point_key == low.key]
     assert (point.repeats, point.mean["p99_ttft_ms"], point.failed) == (1, 100.0, 0)
-    (search,) = services.sla_searches(run)
+    (search,) = ingestion.sla_searches(run)
     assert [s["metrics"]["p99_ttft_ms"] for s in search["path"]] == [3100.0, 100.0]
-    document = services.result_document(run)
+    document = documents.result_document(run)
     assert len(document["measurements"]) == 2  # both stay in the result document
     (side,) = [p.side for k, p in sc.points_of(document).items() if k[1] == low.key]
     assert [m["p99_ttft_ms"] for m in side.metrics] == [100.0]

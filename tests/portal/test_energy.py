@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from energydata import COST, J_PER_TOKEN, cpu_point, hf_body, ingest, point_spec, with_gpus
 
-from portal.benchmarks import energy, runview, samples, services
+from portal.benchmarks import documents, energy, runview, samples
 from portal.benchmarks.compare import compare
 from portal.web import telemetry as web_telemetry
 from runners import result as rr
@@ -87,7 +87,7 @@ def test_ingestion_prices_energy_and_stores_the_series_beside_the_samples(gpu_ru
 
 
 def test_the_result_document_carries_telemetry_and_the_priced_metrics(gpu_run: Any):
-    document = services.result_document(gpu_run)
+    document = documents.result_document(gpu_run)
     vllm = next(m for m in document["measurements"] if m["backend"] == "vllm")
     assert vllm["telemetry"]["summary"]["gpus"] == 2
     assert vllm["metrics"][COST] > 0
@@ -183,7 +183,7 @@ def test_compare_and_the_cli_say_not_measured_for_a_run_without_nvml(
     text = page.content.decode()
     assert 'id="energy-note"' in text
     assert f"not measured (no NVML) for {cpu_run.name or cpu_run.short_id}" in text
-    base, cand = services.result_document(gpu_run), services.result_document(cpu_run)
+    base, cand = documents.result_document(gpu_run), documents.result_document(cpu_run)
     result = compare_documents(base, cand, [J_PER_TOKEN, COST])
     verdicts = {v.metric: v for p in result.points for v in p.verdicts}
     assert verdicts[J_PER_TOKEN].verdict == NO_DATA

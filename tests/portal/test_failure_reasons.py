@@ -12,7 +12,7 @@ from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token
-from portal.benchmarks import services
+from portal.benchmarks import ingestion, intake
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
 from runners.report import Reporter
@@ -41,7 +41,7 @@ def run_for_real(
     """The real runner, in this process, reporting to the live portal with a run token."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache of our own
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    run = services.create_run(owner, spec.model_dump(mode="json"), is_public=True)
+    run = intake.create_run(owner, spec.model_dump(mode="json"), is_public=True)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.DISPATCHED)
     token = issue_token(owner, kind=ApiToken.Kind.RUN, run=run).plaintext
     url = f"{live_server.url}/api/v1/runner/runs/{run.public_id}"
@@ -101,7 +101,7 @@ def test_a_partly_failed_run_leads_with_its_first_failed_points_cause(
     make_run: Any, measurement: Any
 ) -> None:
     run = make_run(status=RunStatus.RUNNING)
-    services.ingest_measurement(run, rr.Measurement.model_validate(measurement()))
+    ingestion.ingest_measurement(run, rr.Measurement.model_validate(measurement()))
     traceback = (
         "vLLM's bench client exited with code 1 without a result. Last lines of its log "
         '(/work/c4.client.log):\nTraceback (most recent call last):\n  File "x.py", line 1\n'
@@ -112,8 +112,8 @@ def test_a_partly_failed_run_leads_with_its_first_failed_points_cause(
     failed = measurement(
         point_key="concurrency:max_concurrency=4", status="failed", error=traceback
     )
-    services.ingest_measurement(run, rr.Measurement.model_validate(failed))
-    services.ingest_event(run, rr.Event(type="finished", status="partial", errors=[]))
+    ingestion.ingest_measurement(run, rr.Measurement.model_validate(failed))
+    ingestion.ingest_event(run, rr.Event(type="finished", status="partial", errors=[]))
     run.refresh_from_db()
     lines = run.failure_reason.splitlines()
     assert lines[0] == (

@@ -15,7 +15,7 @@ from django.apps import apps
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token
-from portal.benchmarks import baselines, history, services
+from portal.benchmarks import baselines, documents, history, intake
 from portal.benchmarks.models import Environment, Run, RunStatus
 from runners import fingerprint as rf
 from runners.report import Reporter
@@ -33,7 +33,7 @@ def test_the_runner_document_the_run_and_its_environment_agree(
 ) -> None:
     owner = make_user("alice")
     spec = tiny_demo(str(tiny_model))
-    run = services.create_run(owner, spec.model_dump(mode="json"))
+    run = intake.create_run(owner, spec.model_dump(mode="json"))
     Run.objects.filter(pk=run.pk).update(status=RunStatus.DISPATCHED)
     token = issue_token(owner, kind=ApiToken.Kind.RUN, run=run).plaintext
     url = f"{live_server.url}/api/v1/runner/runs/{run.public_id}"
@@ -45,7 +45,7 @@ def test_the_runner_document_the_run_and_its_environment_agree(
     environment = Environment.objects.get(run=run)
     assert len(document["fingerprint"]) == 64
     assert document["fingerprint"] == run.fingerprint == environment.fingerprint
-    assert services.result_document(run)["fingerprint"] == run.fingerprint
+    assert documents.result_document(run)["fingerprint"] == run.fingerprint
     # Until the runner reported, the portal's value used the spec alone.
     assert rf.fingerprint(spec) != run.fingerprint  # the revision became the content hash
 
@@ -83,7 +83,7 @@ def test_backend_order_and_startup_timeout_keep_the_series_and_dtype_leaves_it(
 def test_the_data_migration_recomputes_stored_fingerprints(make_user: Any) -> None:
     owner = make_user("alice")
     with_env = webdata.make_sweep_run(owner, [1, 4])
-    queued = services.create_run(owner, webdata.sweep_spec([1]))
+    queued = intake.create_run(owner, webdata.sweep_spec([1]))
     expected = {with_env.pk: with_env.fingerprint, queued.pk: queued.fingerprint}
     Run.objects.update(fingerprint="0" * 64)  # as an older definition left them
     Environment.objects.update(fingerprint="1" * 64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.benchmarks import services
+from portal.benchmarks import documents, intake, lifecycle
 from portal.benchmarks.models import Run, RunStatus
 from runners import spec as rs
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def test_create_run_stores_validated_spec_and_filter_columns(make_user, spec_dict):
     owner = make_user()
-    run = services.create_run(owner, spec_dict(), name="my run")
+    run = intake.create_run(owner, spec_dict(), name="my run")
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert run.name == "my run"
@@ -31,7 +31,7 @@ def test_create_run_enqueues_dispatch_only_after_commit(
 ):
     owner = make_user()
     with django_capture_on_commit_callbacks() as callbacks:
-        services.create_run(owner, spec_dict())
+        intake.create_run(owner, spec_dict())
     assert len(callbacks) == 1
 
 
@@ -41,7 +41,7 @@ def test_it_rejects_an_invalid_spec_and_stores_nothing(
     owner = make_user()
     bad = spec_dict(workload={"input_len": -5})
     with django_capture_on_commit_callbacks() as callbacks, pytest.raises(rs.SpecError) as exc:
-        services.create_run(owner, bad)
+        intake.create_run(owner, bad)
     assert exc.value.errors[0]["field"] == "workload.input_len"
     assert Run.objects.count() == 0
     assert callbacks == []
@@ -62,17 +62,17 @@ def test_same_workload_and_gpu_share_a_fingerprint(make_run, make_user, spec_dic
 
 def test_transition_is_a_conditional_update(make_run):
     run = make_run()
-    assert services.transition(run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,))
+    assert lifecycle.transition(run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,))
     # A second claim (a redelivered task, another worker) finds nothing to update.
-    assert not services.transition(run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,))
+    assert not lifecycle.transition(run.pk, RunStatus.DISPATCHED, expected=(RunStatus.QUEUED,))
     run.refresh_from_db()
     assert run.status == RunStatus.DISPATCHED
 
 
 def test_final_states_never_move(make_run):
     run = make_run(status=RunStatus.SUCCEEDED)
-    assert not services.transition(run.pk, RunStatus.FAILED)
-    assert not services.transition(run.pk, RunStatus.CANCELLED)
+    assert not lifecycle.transition(run.pk, RunStatus.FAILED)
+    assert not lifecycle.transition(run.pk, RunStatus.CANCELLED)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
 
@@ -80,26 +80,26 @@ def test_final_states_never_move(make_run):
 def test_a_transition_outside_the_documented_table_is_a_bug(make_run):
     run = make_run()
     with pytest.raises(ValueError, match="not allowed"):
-        services.transition(run.pk, RunStatus.SUCCEEDED, expected=(RunStatus.QUEUED,))
+        lifecycle.transition(run.pk, RunStatus.SUCCEEDED, expected=(RunStatus.QUEUED,))
 
 
 def test_cancel_moves_an_active_run_once(make_run, django_capture_on_commit_callbacks):
     run = make_run()
     with django_capture_on_commit_callbacks() as callbacks:
-        assert services.cancel_run(run, by=run.owner)
+        assert lifecycle.cancel_run(run, by=run.owner)
     assert len(callbacks) == 1  # the stop task
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert run.failure_reason == f"cancelled by {run.owner.username}"
     assert run.finished_at is not None
-    assert not services.cancel_run(run)
+    assert not lifecycle.cancel_run(run)
 
 
 def test_result_document_of_a_fresh_run_validates_against_the_contract(make_run):
     from runners.result import ResultDocument
 
     run = make_run()
-    doc = services.result_document(run)
+    doc = documents.result_document(run)
     ResultDocument.model_validate(doc)
     assert doc["status"] == "running"
     assert doc["spec"] == run.spec

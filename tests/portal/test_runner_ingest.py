@@ -123,11 +123,11 @@ def test_the_event_sequence_drives_the_run(runner, measurement):
 
 
 def test_reports_after_the_run_ended_get_409_so_the_runner_stops(runner, measurement):
-    from portal.benchmarks import services
+    from portal.benchmarks import lifecycle
 
     run, client = runner()
     assert post(client, run, "measurements", measurement()).status_code == 201
-    services.cancel_run(run)
+    lifecycle.cancel_run(run)
     for body in ({"type": "progress", "done": 1, "total": 3}, {"type": "started", "total": 3}):
         response = post(client, run, "events", body)
         assert response.status_code == 409
@@ -157,7 +157,7 @@ def test_a_success_missing_measurements_fails_the_run(runner, measurement):
 
 
 def test_a_partial_finish_fails_the_run_listing_the_failed_points(runner, measurement):
-    from portal.benchmarks import services
+    from portal.benchmarks import documents
 
     run, client = runner()
     post(client, run, "events", {"type": "started", "total": 3})
@@ -177,7 +177,7 @@ def test_a_partial_finish_fails_the_run_listing_the_failed_points(runner, measur
     assert run.outcome == "partial"
     assert "1 of 3 measurements failed" in run.failure_reason
     assert "vllm concurrency:max_concurrency=4 (repeat 0): OOM" in run.failure_reason
-    doc = ResultDocument.model_validate(services.result_document(run))
+    doc = ResultDocument.model_validate(documents.result_document(run))
     assert doc.status == "partial" and len(doc.measurements) == 2
 
 

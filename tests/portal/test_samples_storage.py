@@ -274,12 +274,12 @@ def test_the_result_document_carries_the_samples(s3, runner, personas):
 
 def test_old_rows_with_samples_in_postgresql_still_read(make_run, personas):
     run = make_run(owner=personas["owner"].user, status=RunStatus.RUNNING)
-    from portal.benchmarks import services
+    from portal.benchmarks import ingestion
 
     body = RunnerMeasurement.model_validate(
         {**point_measurement(8, 16), "point": {**point_measurement(8, 16)["point"]}}
     )
-    columns = services.measurement_columns(body)
+    columns = ingestion.measurement_columns(body)
     row = Measurement.objects.create(
         run=run, backend="legacy", point_key="single", repeat=0, **columns
     )

@@ -22,7 +22,7 @@ from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import create_user_token, issue_token
-from portal.benchmarks import queries, services
+from portal.benchmarks import ingestion, queries
 from portal.benchmarks.models import Environment, Measurement, Run, RunStatus
 from servebench import render
 from tests.portal.conftest import measurement_body, tiny_spec
@@ -299,7 +299,7 @@ def test_an_unbounded_error_text_is_capped_and_one_line_in_public_lists(world: W
     body = json.dumps({"type": "failed", "message": huge})
     assert world.runner.post(path, body, content_type=JSON).status_code == 200
     world.run.refresh_from_db()
-    assert len(world.run.failure_reason) <= services.MAX_ERROR_CHARS
+    assert len(world.run.failure_reason) <= ingestion.MAX_ERROR_CHARS
     Run.objects.filter(pk=world.run.pk).update(is_public=True)
     listed = Client().get("/api/v1/runs/").json()["results"]
     (mine,) = [r for r in listed if r["id"] == world.run.public_id]
@@ -494,7 +494,7 @@ def test_measurements_are_stored_with_the_specs_point_not_the_runners(world: Wor
 def test_the_implied_hf_command_is_the_runners_own() -> None:
     from portal.benchmarks import commands
     from runners import spec as rs
-    from runners.runner import hf_config
+    from runners.hf_config import from_spec as hf_config
 
     parsed = rs.parse_spec(
         tiny_spec(model={"id": "org/m", "revision": "abc", "tokenizer": "org/t"})

@@ -10,7 +10,7 @@ from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token
-from portal.benchmarks import services
+from portal.benchmarks import documents
 from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners import result as rr
 
@@ -32,7 +32,7 @@ def test_the_runner_api_stores_conditions_and_the_result_document_returns_them(
     rows = {m.point_key: m for m in Measurement.objects.filter(run=run)}
     assert rows["concurrency:max_concurrency=1"].conditions == conditions(True)
     assert rows["concurrency:max_concurrency=4"].conditions == {}
-    doc = services.measurement_document(rows["concurrency:max_concurrency=1"])
+    doc = documents.measurement_document(rows["concurrency:max_concurrency=1"])
     assert rr.Measurement.model_validate(doc).conditions == conditions(True)
 
     response = personas["owner"].client.get(f"/api/v1/runs/{run.public_id}/result")

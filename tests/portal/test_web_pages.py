@@ -11,7 +11,7 @@ import webdata
 from django.test import Client
 
 from portal.accounts.models import ApiToken
-from portal.benchmarks import services
+from portal.benchmarks import ingestion
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
 
@@ -31,13 +31,13 @@ def finished_run(make_run: Any, make_user: Any, spec_dict: Any) -> Run:
     workload = {"input_len": 128, "output_len": 32, "num_prompts": 32, "num_warmups": 0}
     spec = spec_dict(sweeps=sweeps, workload=workload, model={"id": "org/tiny-model"})
     run = make_run(owner=owner, spec=spec, status=RunStatus.RUNNING)
-    services.ingest_measurement(run, webdata.hf_measurement())
+    ingestion.ingest_measurement(run, webdata.hf_measurement())
     for value, recording in ((4, webdata.RECORDED_C4), (8, webdata.RECORDED_C8)):
         data = webdata.recording(recording)
-        services.ingest_measurement(
+        ingestion.ingest_measurement(
             run, webdata.vllm_measurement("concurrency", "max_concurrency", value, data)
         )
-    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run
 

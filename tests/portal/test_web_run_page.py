@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from portal.benchmarks import samples, services
+from portal.benchmarks import documents, environment, ingestion, samples
 from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners import result as rr
 
@@ -276,12 +276,12 @@ def test_a_rerun_submits_the_same_spec_and_says_whether_it_reproduced(
     # The runner reports on the same GPU (same fingerprint) and measures what the
     # original's first repeat did: within the original's spread.
     Run.objects.filter(pk=rerun.pk).update(status=RunStatus.RUNNING)
-    services.store_environment(rerun, webdata.snapshot(), "f" * 64)
+    environment.store_environment(rerun, webdata.snapshot(), "f" * 64)
     first = Measurement.objects.filter(run=original, repeat=0, backend_kind="vllm")
     arrays = samples.details(first)  # the per-request arrays, wherever they are stored
     for row in first:
-        doc = services.measurement_document(row, arrays[row.pk])
-        services.ingest_measurement(rerun, rr.Measurement.model_validate(doc))
+        doc = documents.measurement_document(row, arrays[row.pk])
+        ingestion.ingest_measurement(rerun, rr.Measurement.model_validate(doc))
     page = client.get(rerun.get_absolute_url())
     verdict = page.context["verdict"]
     assert verdict.comparable and verdict.reproduced is True, verdict.summary
@@ -291,12 +291,12 @@ def test_a_rerun_submits_the_same_spec_and_says_whether_it_reproduced(
     client.post(f"/runs/{original.public_id}/rerun/")
     slow = Run.objects.filter(owner=owner).latest("created_at", "id")
     Run.objects.filter(pk=slow.pk).update(status=RunStatus.RUNNING)
-    services.store_environment(slow, webdata.snapshot(), "f" * 64)
+    environment.store_environment(slow, webdata.snapshot(), "f" * 64)
     for row in first:
-        doc = services.measurement_document(row, arrays[row.pk])
+        doc = documents.measurement_document(row, arrays[row.pk])
         if row.point_key.endswith("=4"):
             _scale(doc, 2.0)
-        services.ingest_measurement(slow, rr.Measurement.model_validate(doc))
+        ingestion.ingest_measurement(slow, rr.Measurement.model_validate(doc))
     verdict = client.get(slow.get_absolute_url()).context["verdict"]
     assert verdict.reproduced is False, verdict.summary
     assert "vllm concurrency 4" in verdict.summary and "worse" in verdict.summary
@@ -361,7 +361,7 @@ def test_an_unfinished_run_is_rebuilt_on_every_request(make_user: Any) -> None:
     client = signed_in(run.owner)
     before, _ = page_queries(client, run.get_absolute_url())
     data = webdata.scaled_point(webdata.recording(), 16, random.Random(3))
-    services.ingest_measurement(
+    ingestion.ingest_measurement(
         run, webdata.vllm_measurement("concurrency", "max_concurrency", 16, data)
     )
     after, _ = page_queries(client, run.get_absolute_url())

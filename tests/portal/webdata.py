@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from portal.benchmarks import services
+from portal.benchmarks import environment, ingestion, intake
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
 from runners.vllm_bench import split_result
@@ -255,19 +255,19 @@ def make_sweep_run(
         output_lengths=output_lengths,
         name=name,
     )
-    run = services.create_run(owner, spec, name, is_public=public)
+    run = intake.create_run(owner, spec, name, is_public=public)
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     run.refresh_from_db()
-    services.store_environment(run, env if env is not None else snapshot(), "f" * 64)
+    environment.store_environment(run, env if env is not None else snapshot(), "f" * 64)
     run.refresh_from_db()
     base = recording()
     for r in range(repeats):
-        services.ingest_measurement(run, hf_measurement(40.0 + r, repeat=r))
+        ingestion.ingest_measurement(run, hf_measurement(40.0 + r, repeat=r))
         for c in concurrency:
             data = scaled_point(base, c, rng, peak)
             pre = 25.0 * c if preempt_from is not None and c >= preempt_from else 0.0
             kv = min(1.0, 0.05 * c)
-            services.ingest_measurement(
+            ingestion.ingest_measurement(
                 run,
                 vllm_measurement(
                     "concurrency", "max_concurrency", c, data, repeat=r, preemptions=pre,
@@ -276,7 +276,7 @@ def make_sweep_run(
             )  # fmt: skip
         for length in prompt_lengths or []:
             data = scaled_point(base, 16, rng, peak * max(0.2, 1 - length / 8192))
-            services.ingest_measurement(
+            ingestion.ingest_measurement(
                 run,
                 vllm_measurement(
                     "prompt-length", "input_len", length, data, repeat=r, input_len=length,
@@ -285,7 +285,7 @@ def make_sweep_run(
             )  # fmt: skip
         for length in output_lengths or []:
             data = scaled_point(base, 16, rng, peak)
-            services.ingest_measurement(
+            ingestion.ingest_measurement(
                 run,
                 vllm_measurement(
                     "output-length", "output_len", length, data, repeat=r, output_len=length,
@@ -293,7 +293,7 @@ def make_sweep_run(
                 ),
             )  # fmt: skip
     if finish:
-        services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+        ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run
 
@@ -321,18 +321,18 @@ def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | 
         {"kind": "transformers-serve", "name": "ts-cb", "cb_num_blocks": 64},
         {"kind": "vllm"},
     ]
-    run = services.create_run(owner, spec, "baselines")
+    run = intake.create_run(owner, spec, "baselines")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     run.refresh_from_db()
-    services.store_environment(run, snapshot(), "f" * 64)
+    environment.store_environment(run, snapshot(), "f" * 64)
     for name, kind, throughput in single:
         m = hf_measurement(throughput)
         update = {"backend": name, "backend_kind": kind, "commands": {}}
-        services.ingest_measurement(run, m.model_copy(update=update))
+        ingestion.ingest_measurement(run, m.model_copy(update=update))
     base, rng = recording(), random.Random(1)
     for c in BASELINES_CONCURRENCY:
         m = vllm_measurement("concurrency", "max_concurrency", c, scaled_point(base, c, rng))
-        services.ingest_measurement(run, m)
+        ingestion.ingest_measurement(run, m)
         for backend, kind, per_request in (
             ("hf-batched", "hf-batched", 50.0),
             ("ts-cb", "transformers-serve", 100.0),
@@ -343,7 +343,7 @@ def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | 
                 "metrics": {**m.metrics, "output_throughput": per_request * c},
                 "commands": {},
             }
-            services.ingest_measurement(run, m.model_copy(update=update))
-    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+            ingestion.ingest_measurement(run, m.model_copy(update=update))
+    ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     run.refresh_from_db()
     return run

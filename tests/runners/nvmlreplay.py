@@ -6,6 +6,12 @@ A recording is ``runners.nvml.Sampler.recording()`` (what ``python -m runners gp
 as NVML returned it (None: the GPU answered NVML_ERROR_NOT_SUPPORTED). Sample ``i`` is
 served until GPU 0's power is asked again, which is where every ``GPUs.read()`` starts;
 after the last sample the last one is served. Errors are pynvml's real exception classes.
+
+A device may also list its MIG devices (``"mig": [{"uuid", "gpu_instance_id",
+"compute_instance_id", "name", "memory_total_bytes"}]``: MIG mode on) and the facts the
+environment records (``compute_capability`` as [major, minor], ``memory_bus_width_bits``,
+``memory_clock_max_mhz``); without them NVML answers NOT_SUPPORTED, as an older board's
+does. ``cuda_driver_version`` (NVML's integer, 12040 for 12.4) sits beside ``driver``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class Replay:
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+    NVML_DEVICE_MIG_ENABLE = pynvml.NVML_DEVICE_MIG_ENABLE
 
     def __init__(self, data: dict[str, Any], init_error: int | None = None) -> None:
         self.data = data
@@ -54,6 +61,19 @@ class Replay:
     def _device(self, handle: int) -> dict[str, Any]:
         return self.data["devices"][handle]
 
+    def _fact(self, handle: int, key: str) -> Any:
+        value = self._device(handle).get(key)
+        if value is None:
+            self._fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def _mig(self, handle: tuple[int, int], key: str) -> Any:
+        parent, i = handle
+        value = self._device(parent)["mig"][i].get(key)
+        if value is None:
+            self._fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
     # ----------------------------------------------------------------- pynvml's calls (its names)
 
     def nvmlInit(self) -> None:
@@ -73,16 +93,57 @@ class Replay:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
-    def nvmlDeviceGetName(self, handle: int) -> str:
+    def nvmlDeviceGetName(self, handle: int | tuple[int, int]) -> str:
+        if isinstance(handle, tuple):  # a MIG device
+            return self._mig(handle, "name")
         return self._device(handle)["name"]
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        if "cuda_driver_version" not in self.data:
+            self._fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.data["cuda_driver_version"]
+
+    def nvmlDeviceGetUUID(self, handle: int | tuple[int, int]) -> str:
+        if isinstance(handle, tuple):  # a MIG device
+            return self._mig(handle, "uuid")
         return self._device(handle)["uuid"]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
+        major, minor = self._fact(handle, "compute_capability")
+        return major, minor
+
+    def nvmlDeviceGetMemoryBusWidth(self, handle: int) -> int:
+        return self._fact(handle, "memory_bus_width_bits")
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, kind: int) -> int:
+        return self._fact(handle, "memory_clock_max_mhz")
+
+    def nvmlDeviceGetMigMode(self, handle: int) -> tuple[int, int]:
+        if self._device(handle).get("mig") is None:
+            self._fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, index: int) -> tuple[int, int]:
+        if index >= len(self._device(handle).get("mig") or []):
+            self._fail(pynvml.NVML_ERROR_NOT_FOUND)
+        return handle, index
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._mig(handle, "gpu_instance_id")
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[int, int]) -> int:
+        return self._mig(handle, "compute_instance_id")
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         return int(self._device(handle)["power_limit_w"] * 1000)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, handle: int | tuple[int, int]) -> SimpleNamespace:
+        if isinstance(handle, tuple):  # a MIG device: its own share of the memory
+            total = self._mig(handle, "memory_total_bytes")
+            return SimpleNamespace(total=total, used=0, free=total)
         total = self._device(handle)["memory_total_bytes"]
         if self.cursor < 0:  # at open: only the total is read
             return SimpleNamespace(total=total, used=0, free=total)

@@ -140,9 +140,29 @@ def test_it_reads_the_gpus_cuda_would_use(visible, chosen):
     assert gpus.note == ""
 
 
-def test_an_unmapped_cuda_visible_devices_reads_every_gpu_and_says_so():
-    gpus = nvml.GPUs.open(Replay(recording()), "MIG-3c1f8d0a-0000")
-    assert len(gpus.devices) == 2 and "not mapped" in gpus.note
+@pytest.mark.parametrize("visible", ["-1", "MIG-3c1f8d0a-0000", "0,0"])
+def test_a_value_that_hides_every_gpu_reads_none_and_says_why(visible):
+    """CUDA's rules (runners.gpu_scope): '-1' and a MIG UUID no instance has end the list
+    at once, a GPU listed twice makes it invalid. Reading every GPU instead would count
+    GPUs the run did not use in its energy and cost."""
+    with pytest.raises(nvml.NVMLUnavailable, match="no GPU is visible") as caught:
+        nvml.GPUs.open(Replay(recording()), visible)
+    assert f"CUDA_VISIBLE_DEVICES={visible!r}" in str(caught.value)
+
+
+def test_the_list_ends_at_an_invalid_entry_and_the_note_says_so():
+    gpus = nvml.GPUs.open(Replay(recording()), "1,5,0")
+    assert [d.index for d in gpus.devices] == [1]
+    assert "the list ends at '5' (this host has no GPU 5)" in gpus.note
+
+
+def test_a_mig_instance_is_read_through_its_whole_gpu_and_said_so():
+    data = recording()
+    mig = "MIG-3c1f8d0a-0000-5a36-8b4d-9b07d024b1bb"
+    data["devices"][1]["mig"] = [{"uuid": mig, "gpu_instance_id": 1, "compute_instance_id": 0}]
+    gpus = nvml.GPUs.open(Replay(data), "MIG-3c1f8d0a")
+    assert [d.index for d in gpus.devices] == [1]
+    assert f"MIG instance {mig}: its whole GPU is read" in gpus.note
 
 
 def test_no_visible_gpu_or_no_driver_is_not_measured_with_the_reason():

@@ -252,7 +252,7 @@ def test_the_hf_baseline_runs_beside_the_same_custom_prompts():
             "backends": [{"kind": "hf-sequential"}, {**PROD, "api": "chat"}],
         }
     )
-    from runners.runner import hf_config
+    from runners.hf_config import from_spec as hf_config
 
     config = hf_config(spec, spec.hf_backends[0])
     assert (config.prompts_file, config.chat_template) == ("/data/p.jsonl", True)

@@ -23,7 +23,16 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.benchmarks import presets, queries, reproduce, runview, services, sharing
+from portal.benchmarks import (
+    documents,
+    intake,
+    lifecycle,
+    presets,
+    queries,
+    reproduce,
+    runview,
+    sharing,
+)
 from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run
 from portal.benchmarks.queue import queue_info
 from portal.web import run_page, tables
@@ -121,10 +130,10 @@ def run_new(request: HttpRequest) -> HttpResponse:
         form = RunForm(request.POST, user=request.user)
         if form.is_valid() and form.spec is not None:
             try:
-                run = services.create_run(
+                run = intake.create_run(
                     request.user, form.spec, None, is_public=form.cleaned_data.get("is_public")
                 )
-            except services.SpecError as exc:  # the form checks the same rules first
+            except rs.SpecError as exc:  # the form checks the same rules first
                 for err in exc.errors:
                     form._spec_problem(err)
             else:
@@ -227,7 +236,7 @@ def run_spec(request: HttpRequest, public_id: str) -> HttpResponse:
 @permalink
 def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    document = sharing.document_for(request.user, run, services.result_document(run))
+    document = sharing.document_for(request.user, run, documents.result_document(run))
     body = json.dumps(document, indent=2)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = (
@@ -266,7 +275,7 @@ def run_cancel(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
     if not queries.may_manage(request.user, run):
         raise Http404("Only the run's owner can cancel it.")
-    if services.cancel_run(run, by=request.user):
+    if lifecycle.cancel_run(run, by=request.user):
         messages.success(request, "The run is cancelled; its runner is being stopped.")
     else:
         run.refresh_from_db(fields=["status"])
@@ -283,7 +292,7 @@ def run_rerun(request: HttpRequest, public_id: str) -> HttpResponse:
         new = reproduce.rerun(run, request.user)
     except PermissionError:
         raise Http404("Only the run's owner can re-run it.") from None
-    except services.SpecError as exc:
+    except rs.SpecError as exc:
         # Accepted once, refused now: a rule or the deployment's policy tightened since.
         messages.error(
             request,

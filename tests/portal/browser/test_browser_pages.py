@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import webdata
 
-from portal.benchmarks import services
+from portal.benchmarks import ingestion
 from portal.benchmarks.models import Run, RunStatus
 from runners import result as rr
 
@@ -67,19 +67,19 @@ def test_the_run_page_shows_progress_live_then_the_charts(
     assert page.page.locator("#run-status").inner_text() == "Running"
     page.page.evaluate("window.__sameDocument = true")
 
-    services.ingest_measurement(run, webdata.hf_measurement(45.0))
-    services.ingest_event(run, rr.Event(type="progress", done=1, total=3))
+    ingestion.ingest_measurement(run, webdata.hf_measurement(45.0))
+    ingestion.ingest_event(run, rr.Event(type="progress", done=1, total=3))
     page.wait_for("document.getElementById('run-done').textContent === '1'")
     page.page.wait_for_selector("#summary-table")
     page.shot("run-live-progress")
 
     for value, recording in ((4, webdata.RECORDED_C4), (8, webdata.RECORDED_C8)):
         data = webdata.recording(recording)
-        services.ingest_measurement(
+        ingestion.ingest_measurement(
             run, webdata.vllm_measurement("concurrency", "max_concurrency", value, data)
         )
-    services.ingest_event(run, rr.Event(type="progress", done=3, total=3))
-    services.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    ingestion.ingest_event(run, rr.Event(type="progress", done=3, total=3))
+    ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
     page.wait_for("document.getElementById('run-status').textContent.trim() === 'Succeeded'")
     chart = "document.getElementById('chart-concurrency-output')"
     page.wait_for(f"{chart} && {chart}.data && {chart}.data.length === 2")

@@ -308,7 +308,7 @@ def test_the_owner_toggles_sharing_from_the_run_page(page: Any, make_user: Any) 
 def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
     page: Any, make_user: Any, tmp_path: Any
 ) -> None:
-    from portal.benchmarks import services
+    from portal.benchmarks import ingestion
     from runners import result as rr
 
     user, password = user_with_password(make_user, "liam")
@@ -329,7 +329,7 @@ def test_the_owner_watches_the_runner_log_then_sees_why_it_failed(
     )
     with log.open("a") as out:
         out.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-    services.ingest_event(
+    ingestion.ingest_event(
         run, rr.Event(type="failed", message="the vLLM server ran out of GPU memory", errors=[])
     )
     page.wait_for("document.getElementById('run-status').textContent.trim() === 'Failed'")

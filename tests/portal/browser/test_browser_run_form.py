@@ -158,7 +158,7 @@ def test_the_form_at_phone_width(browser: Any, live_server: Any, former: tuple[A
 def test_a_failed_run_says_why_at_the_top_of_its_page(
     page: Any, former: tuple[Any, str], make_run: Any, measurement: Any
 ) -> None:
-    from portal.benchmarks import services
+    from portal.benchmarks import ingestion
     from runners import causes
     from runners import result as rr
 
@@ -171,9 +171,9 @@ def test_a_failed_run_says_why_at_the_top_of_its_page(
     failed = measurement(
         backend="hf-sequential", point_key="baseline", status="failed", error=error
     )
-    services.ingest_measurement(run, rr.Measurement.model_validate(failed))
+    ingestion.ingest_measurement(run, rr.Measurement.model_validate(failed))
     reason = causes.headline([("hf-sequential baseline", error)], 3, model="org/tiny-model")
-    services.ingest_event(run, rr.Event(type="failed", message=reason, errors=[]))
+    ingestion.ingest_event(run, rr.Event(type="failed", message=reason, errors=[]))
     page.sign_in(user.username, password)
     page.goto(f"/runs/{run.short_id}/")  # the short id, as `make run` and the list print it
     page.page.wait_for_url(f"**{run.get_absolute_url()}")

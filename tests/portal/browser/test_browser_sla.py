@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from test_browser_layout import check
 
-from portal.benchmarks import services
+from portal.benchmarks import environment, ingestion
 from portal.benchmarks.models import Run
 from runners import result as rr
 from runners import sla
@@ -62,7 +62,7 @@ def searching(make_run: Any, settings: Any) -> tuple[Run, rs.Spec]:
     settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
     run = make_run(spec=SPEC, status="running")
     spec = rs.parse_spec(run.spec)
-    services.store_environment(
+    environment.store_environment(
         run,
         {
             "gpu": {"model": "none", "count": 0},
@@ -81,7 +81,7 @@ def searching(make_run: Any, settings: Any) -> tuple[Run, rs.Spec]:
         },
         "",
     )
-    services.ingest_measurement(run, measured(spec, spec.points()[0], 90.0))
+    ingestion.ingest_measurement(run, measured(spec, spec.points()[0], 90.0))
     return run, spec
 
 
@@ -93,10 +93,10 @@ def test_the_run_page_shows_the_sla_answer_and_its_path(page: Any, make_run: Any
         repeat = sla.next_repeat(steps, value)
         ttft = 3100.0 if (value, repeat) == (1, 0) else 150.0 if value <= 12 else 2e3  # a stall
         rows.append(measured(spec, rs.search_point(spec, value), ttft, repeat))
-        services.ingest_measurement(run, rows[-1])
+        ingestion.ingest_measurement(run, rows[-1])
         steps = sla.steps_of(spec, "prod", rows)
     Run.objects.filter(pk=run.pk).update(status="succeeded", is_public=True)
-    (answer,) = services.sla_searches(run)
+    (answer,) = ingestion.sla_searches(run)
 
     page.goto(run.get_absolute_url())
     page.wait_for("document.getElementById('sla-answer-1')")
@@ -121,14 +121,14 @@ def test_a_search_the_run_left_unfinished_reads_as_stopped(page: Any, make_run: 
     """The endpoint died at the high end: the failed run's page says what the search
     learned (at least 1 req/s) and that it stopped, at a desktop's and a phone's width."""
     run, spec = searching(make_run, settings)
-    services.ingest_measurement(run, measured(spec, rs.search_point(spec, 1), 150.0))
+    ingestion.ingest_measurement(run, measured(spec, rs.search_point(spec, 1), 150.0))
     died = measured(spec, rs.search_point(spec, 64), 0.0).model_copy(
         update={"status": "failed", "metrics": {}, "error": "the endpoint stopped answering"}
     )
-    services.ingest_measurement(run, died)
-    services.ingest_event(run, rr.Event(type="failed", message="the endpoint stopped answering"))
+    ingestion.ingest_measurement(run, died)
+    ingestion.ingest_event(run, rr.Event(type="failed", message="the endpoint stopped answering"))
     Run.objects.filter(pk=run.pk).update(is_public=True)
-    (search,) = services.sla_searches(Run.objects.get(pk=run.pk))
+    (search,) = ingestion.sla_searches(Run.objects.get(pk=run.pk))
     assert search["state"] == "stopped"
 
     page.goto(run.get_absolute_url())

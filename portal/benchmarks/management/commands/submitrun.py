@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.benchmarks import services
+from portal.benchmarks import intake
 from portal.benchmarks.models import Run
 from runners import spec as rs
 
@@ -63,7 +63,7 @@ class Command(BaseCommand):
             raise CommandError(f"invalid spec: {exc}") from None
         except OSError as exc:
             raise CommandError(f"cannot read the spec: {exc}") from None
-        run = services.create_run(owner, spec, opts["name"], is_public=opts["public"])
+        run = intake.create_run(owner, spec, opts["name"], is_public=opts["public"])
         self.stderr.write(f"queued run {run.short_id} ({run.progress_total} measurements)")
         self.stdout.write(f"{settings.SERVEBENCH_PUBLIC_URL}{run.get_absolute_url()}")
         if opts["wait"] > 0:

