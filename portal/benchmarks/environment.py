@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from portal.benchmarks.intake import spec_fingerprint
+from portal.benchmarks.intake import identity
 from portal.benchmarks.models import Environment, Run
 from runners import spec as rs
 
@@ -24,13 +24,14 @@ log = logging.getLogger(__name__)
 def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> Environment:
     """Create or replace the run's Environment and copy GPU facts onto the run.
 
-    The run's and the environment's fingerprint are computed here from the spec and the
-    snapshot (``spec_fingerprint``), so every stored fingerprint follows one definition;
+    The run's and the environment's fingerprints are computed here from the spec and the
+    snapshot (``intake.identity``), so every stored fingerprint follows one definition;
     ``fingerprint`` (the runner's own) only serves to notice a runner that differs.
     """
     columns = environment_columns(snapshot)
     spec = rs.parse_spec(run.spec, stored=True)
-    comparable = spec_fingerprint(spec, snapshot)
+    found = identity(spec, snapshot)
+    comparable = found.fingerprint
     if fingerprint and fingerprint != comparable:
         log.debug("run %s: the runner's fingerprint differs from the portal's", run.short_id)
     env, _ = Environment.objects.update_or_create(
@@ -44,6 +45,7 @@ def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> E
         gpu_count=gpu_count,
         runner_version=str(snapshot.get("runner_version") or "")[:64],
         fingerprint=comparable,
+        config_fingerprint=found.configuration_fingerprint,
         updated_at=timezone.now(),
     )
     return env

@@ -8,7 +8,7 @@ Views (API and web), management commands and re-runs create runs here, nowhere e
 - ``create_run(owner, spec, name)``: validate with ``runners.spec`` and this portal's
   ``policy``, store a queued run, and enqueue its dispatch after commit. Raises
   ``SpecError`` (nothing stored or queued).
-- ``spec_fingerprint(spec, environment)`` and ``backend_labels(spec)``: the run's columns
+- ``identity(spec, environment)`` and ``backend_labels(spec)``: the run's columns
   that a spec decides.
 
 Which images, paths, hosts and GPU types a spec may name is ``policy``'s; what the
@@ -118,13 +118,13 @@ def spec_from_request(data: Any, user: Any = None) -> RunRequest:
         ) from None
 
 
-def spec_fingerprint(spec: rs.Spec, environment: dict[str, Any] | None = None) -> str:
-    """``Run.fingerprint``: ``runners.fingerprint.fingerprint``, the one definition of
-    "comparable" (model and its revision, workload, points, engine configuration, GPU type
-    and count; not names, repeats, image or versions). Before the runner reported its
-    environment, the requested revision and the spec's GPU stand in for the found ones.
-    """
-    return rf.fingerprint(spec, environment)
+def identity(spec: rs.Spec, environment: dict[str, Any] | None = None) -> rf.Identity:
+    """A run's two identities (``runners.fingerprint``): ``Run.fingerprint`` is what it
+    measured (workload, points, GPU type and count: the one definition of "comparable"),
+    ``Run.config_fingerprint`` what it put under test (model and its revision, every
+    backend's engine and flags). Before the runner reported its environment, the
+    requested revision and the spec's GPU stand in for the found ones."""
+    return rf.Identity.of(spec, environment)
 
 
 def backend_labels(spec: rs.Spec) -> list[str]:
@@ -147,6 +147,7 @@ def create_run(
     run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
     gpu_type = parsed.resources.gpu_type or ""
     with transaction.atomic():
+        found = identity(parsed)
         run = Run.objects.create(
             owner=owner,
             name=run_name,
@@ -157,7 +158,8 @@ def create_run(
             gpu_count=parsed.resources.gpu_count,
             backends=backend_labels(parsed),
             progress_total=parsed.total_measurements(),
-            fingerprint=spec_fingerprint(parsed),
+            fingerprint=found.fingerprint,
+            config_fingerprint=found.configuration_fingerprint,
             is_public=is_public,
         )
         transaction.on_commit(lambda: enqueue_dispatch(run.pk), robust=True)

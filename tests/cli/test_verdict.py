@@ -350,10 +350,13 @@ def test_metric_and_threshold_parsing():
 # --------------------------------------------------------------------------- documents
 
 
-def _doc(name: str, shift: float, seed: int, *, repeats: int = 2, dtype: str = "bfloat16"):
+def _doc(
+    name: str, shift: float, seed: int, *, repeats: int = 2, dtype: str = "bfloat16", seq: int = 0
+):
     s = side(shift, seed, n=200, repeats=repeats)
     spec = {
         "model": {"id": "org/tiny-model", "dtype": dtype},
+        "workload": {"seed": seq},
         "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [4, 8]}],
         "backends": [{"kind": "vllm", "name": name}],
     }
@@ -382,11 +385,18 @@ def test_documents_match_points_by_backend_kind():
     assert set(comparison.as_dict()) >= {"regressed", "points", "verdicts", "seed", "comparable"}
 
 
-def test_documents_of_different_configurations_are_not_comparable():
-    comparison = compare_documents(_doc("vllm", 0, 1), _doc("vllm", 0.3, 2, dtype="float16"))
+def test_documents_of_different_workloads_are_not_comparable():
+    comparison = compare_documents(_doc("vllm", 0, 1), _doc("vllm", 0.3, 2, seq=7))
     assert not comparison.comparable and not comparison.regressed
-    assert comparison.differences == ["model.dtype: bfloat16 vs float16"]
+    assert comparison.differences == ["workload.seed: 0 vs 7"]
     assert {v.verdict for p in comparison.points for v in p.verdicts} == {v.NOT_COMPARABLE}
+
+
+def test_documents_of_different_configurations_judge_the_change():
+    comparison = compare_documents(_doc("vllm", 0, 1), _doc("vllm", 0.3, 2, dtype="float16"))
+    assert comparison.comparable and comparison.regressed
+    assert comparison.changes == ["model.dtype: bfloat16 → float16"]
+    assert "quality of the answers is not measured" in comparison.quality_note
 
 
 def test_documents_take_the_series_history():

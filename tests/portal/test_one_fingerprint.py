@@ -46,12 +46,15 @@ def test_the_runner_document_the_run_and_its_environment_agree(
     assert len(document["fingerprint"]) == 64
     assert document["fingerprint"] == run.fingerprint == environment.fingerprint
     assert documents.result_document(run)["fingerprint"] == run.fingerprint
-    # Until the runner reported, the portal's value used the spec alone.
-    assert rf.fingerprint(spec) != run.fingerprint  # the revision became the content hash
+    assert run.config_fingerprint == rf.configuration_fingerprint(spec, document["environment"])
+    # Until the runner reported, the portal's values used the spec alone: the measurement
+    # is the same (a CPU run on a CPU), the configuration's revision became the content hash.
+    assert rf.fingerprint(spec) == run.fingerprint
+    assert rf.configuration_fingerprint(spec) != run.config_fingerprint
 
 
 @pytest.mark.django_db
-def test_backend_order_and_startup_timeout_keep_the_series_and_dtype_leaves_it(
+def test_backend_order_keeps_the_configuration_and_a_dtype_change_stays_in_the_series(
     make_user: Any,
 ) -> None:
     owner = make_user("alice")
@@ -64,19 +67,29 @@ def test_backend_order_and_startup_timeout_keep_the_series_and_dtype_leaves_it(
         for i, spec in enumerate([base, base, reordered, other_dtype])
     ]
     first, again, moved, fp16 = runs
-    assert first.fingerprint == again.fingerprint == moved.fingerprint != fp16.fingerprint
+    # One measurement: a dtype change is a change to judge, not another series.
+    assert first.fingerprint == again.fingerprint == moved.fingerprint == fp16.fingerprint
+    assert first.config_fingerprint == again.config_fingerprint == moved.config_fingerprint
+    assert fp16.config_fingerprint != first.config_fingerprint
     for run in runs:
         assert Environment.objects.get(run=run).fingerprint == run.fingerprint
         snapshot = Environment.objects.get(run=run).snapshot
-        assert run.fingerprint == rf.fingerprint(Spec.model_validate(run.spec), snapshot)
-    # latest:<label> and history follow the same key.
+        parsed = Spec.model_validate(run.spec)
+        assert run.fingerprint == rf.fingerprint(parsed, snapshot)
+        assert run.config_fingerprint == rf.configuration_fingerprint(parsed, snapshot)
+    # latest:<label> and history follow the measurement.
     baselines.mark(first, owner, "main")
-    found = baselines.resolve(owner, "latest:main", fingerprint=moved.fingerprint)
-    assert found == first
-    with pytest.raises(baselines.BaselineError):
-        baselines.resolve(owner, "latest:main", fingerprint=fp16.fingerprint)
+    assert baselines.resolve(owner, "latest:main", fingerprint=moved.fingerprint) == first
+    assert baselines.resolve(owner, "latest:main", fingerprint=fp16.fingerprint) == first
     series = history.history(owner, moved.fingerprint)
-    assert [p.public_id for p in series.points] == [r.public_id for r in (first, again, moved)]
+    assert [p.public_id for p in series.points] == [r.public_id for r in runs]
+    assert series.points[3].changes[0] == "model.dtype: bfloat16 → float16"  # a marker
+    assert not any(p.changes for p in series.points[:3])
+    # The verdict's noise series is one configuration's: the fp16 run is not in it.
+    noise = history.series_runs(
+        owner, first.fingerprint, owner.pk, configuration=first.config_fingerprint
+    )
+    assert fp16.public_id not in [r.public_id for r in noise] and len(noise) == 3
 
 
 @pytest.mark.django_db
@@ -87,8 +100,11 @@ def test_the_data_migration_recomputes_stored_fingerprints(make_user: Any) -> No
     expected = {with_env.pk: with_env.fingerprint, queued.pk: queued.fingerprint}
     Run.objects.update(fingerprint="0" * 64)  # as an older definition left them
     Environment.objects.update(fingerprint="1" * 64)
-    migration = importlib.import_module("portal.benchmarks.migrations.0005_one_fingerprint")
+    configs = {with_env.pk: with_env.config_fingerprint, queued.pk: queued.config_fingerprint}
+    Run.objects.update(config_fingerprint="")
+    migration = importlib.import_module("portal.benchmarks.migrations.0007_two_identities")
     migration.recompute(apps, None)
     for pk, value in expected.items():
         assert Run.objects.get(pk=pk).fingerprint == value
+        assert Run.objects.get(pk=pk).config_fingerprint == configs[pk] != ""
     assert Environment.objects.get(run_id=with_env.pk).fingerprint == expected[with_env.pk]

@@ -79,7 +79,13 @@ def test_the_page_overlays_every_run_and_tables_each_metric(make_user: Any) -> N
     figures = {f["id"]: f["figure"] for f in page.context["figures"]}
     assert set(figures) == {
         "concurrency-output", "concurrency-ttft", "concurrency-tpot", "concurrency-pareto",
+        "configurations-front",
     }  # fmt: skip
+    front = figures["configurations-front"]["data"]
+    assert [t["name"] for t in front][-1] == "Pareto front" and len(front) == 3 + 1
+    assert all(len(t["x"]) == 4 for t in front[:3])  # every load point of every run
+    html_ranked = page.content.decode()
+    assert 'id="ranking-table"' in html_ranked and html_ranked.count("#3</th>") == 1
     output = figures["concurrency-output"]["data"]
     assert len(output) == 3 + 3  # one curve per run, one HF line per run
     assert all(len(t["x"]) == 4 for t in output[:3])
