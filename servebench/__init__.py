@@ -5,7 +5,7 @@ An HTTP client of the REST API only (``servebench.client``); it never imports Dj
 it runs in any CI image with ``requests`` (and ``pydantic`` + ``pyyaml`` for the offline
 ``validate``, which uses the runners' spec model).
 
-    servebench submit spec.yaml --wait --baseline latest:main
+    servebench submit spec.yaml --wait --compare-to latest:main
     python -m servebench compare BASE CANDIDATE --markdown
 """
 

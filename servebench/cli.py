@@ -1,25 +1,24 @@
-"""The ``servebench`` command: submit a benchmark, wait for it, compare it with a baseline,
+"""The ``servebench`` command: submit a benchmark, wait for it, compare it with a reference run,
 and turn the verdict into an exit code a CI job can gate on.
 
-    servebench submit spec.yaml --wait --baseline latest:main --summary comment.md
+    servebench submit spec.yaml --wait --compare-to latest:main --summary comment.md
     servebench compare BASE CANDIDATE --metric output_throughput --metric p99_ttft_ms
     servebench compare base.json candidate.json       # offline: two runner result files
-    servebench baseline RUN --label main
+    servebench label RUN main
 
 Exit codes (the contract CI scripts rely on):
 
-- 0: done; for ``compare`` and ``submit --baseline``: nothing regressed.
-- 1: ``compare`` / ``submit --baseline`` found a regression (beyond threshold and noise).
+- 0: done; for ``compare`` and ``submit --compare-to``: nothing regressed.
+- 1: ``compare`` / ``submit --compare-to`` found a regression (beyond threshold and noise).
 - 2: a usage error, or the portal could not do it: unreachable, token refused, spec
   invalid (with its field), run failed (with its reason), wait timed out; or the two runs
   are not comparable (they measured different workloads or hardware: the table is
   printed, no change judged); or, with ``--refuse-contended``, either run was measured
-  under CPU contention.
+  under CPU contention. One line on stderr says which and what to do next.
 
 Two runs of one workload on one kind of hardware are comparable whatever else differs:
 a changed engine flag, model variant, quantization or engine version is the change
 being judged, listed as "what changed" above the verdict.
-  One line on stderr says which and what to do next.
 
 A change whose run-to-run noise was not measured (one repeat, no history of the series)
 is reported as ``noise not measured`` and never fails the build (``servebench.verdict``).
@@ -163,7 +162,7 @@ def build_parser() -> Parser:
         prog="servebench",
         description=(
             "Submit LLM-serving benchmarks to a servebench portal, wait, compare with a "
-            "baseline. Exit 0: ok / no regression; 1: regression; 2: error."
+            "reference run. Exit 0: ok / no regression; 1: regression; 2: error."
         ),
     )
     parser.add_argument("--version", action="version", version=f"servebench {__version__}")
@@ -185,15 +184,19 @@ def build_parser() -> Parser:
         "--poll", type=duration, default=10.0, help="seconds between checks (default 10s)"
     )
     p.add_argument(
-        "--baseline",
+        "--compare-to",
+        dest="baseline",
         metavar="RUN",
         help="with --wait: compare with RUN or latest:<label> and exit 1 on a regression",
     )
+    p.add_argument("--baseline", dest="baseline", help=argparse.SUPPRESS)  # the old name
     p.add_argument(
-        "--set-baseline",
+        "--label",
+        dest="set_baseline",
         metavar="LABEL",
-        help="with --wait: once it succeeded, mark the run as a baseline under LABEL",
+        help="with --wait: once it succeeded, label the run (a series: latest:LABEL finds it)",
     )
+    p.add_argument("--set-baseline", dest="set_baseline", help=argparse.SUPPRESS)  # old name
     _verdict_options(p)
     p.set_defaults(func=cmd_submit)
 
@@ -242,18 +245,34 @@ def build_parser() -> Parser:
     _verdict_options(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("baseline", help="mark a run as a baseline of its series")
+    p = sub.add_parser(
+        "label", help="label a run (latest:LABEL is then the newest labelled run of a workload)"
+    )
     _common(p, suppress=True)
     p.add_argument("run", metavar="RUN")
-    p.add_argument("--label", required=True, help="series label, e.g. the branch name: main")
-    p.add_argument("--unset", action="store_true", help="remove the mark instead")
+    p.add_argument("label", metavar="LABEL", help="e.g. the branch name: main")
+    p.add_argument("--unset", action="store_true", help="remove the label instead")
     p.set_defaults(func=cmd_baseline)
 
-    p = sub.add_parser("baselines", help="list baseline marks")
+    p = sub.add_parser("labels", help="list labelled runs")
     _common(p, suppress=True)
     p.add_argument("--label", default="")
     p.add_argument("--fingerprint", default="")
     p.add_argument("--owner", default="", help="'me' or a username")
+    p.set_defaults(func=cmd_baselines)
+
+    # The old names of `label` and `labels` ("baseline" is the HF baselines' word now).
+    p = sub.add_parser("baseline", help=argparse.SUPPRESS)
+    _common(p, suppress=True)
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--label", required=True)
+    p.add_argument("--unset", action="store_true")
+    p.set_defaults(func=cmd_baseline)
+    p = sub.add_parser("baselines", help=argparse.SUPPRESS)
+    _common(p, suppress=True)
+    p.add_argument("--label", default="")
+    p.add_argument("--fingerprint", default="")
+    p.add_argument("--owner", default="")
     p.set_defaults(func=cmd_baselines)
     return parser
 
@@ -299,7 +318,7 @@ def is_latest(ref: str) -> bool:
 def resolve_pair(client: Client, base_ref: str, cand_ref: str) -> tuple[dict, dict]:
     """(base, candidate). A ``latest:`` side is resolved in the other run's series; a
     ``latest:`` base is also older than the candidate, so a run marked under the same
-    label never becomes its own baseline."""
+    label never becomes its own reference."""
     if not is_latest(cand_ref) or is_latest(base_ref):
         cand = resolve(client, cand_ref)
         base = resolve(client, base_ref, fingerprint=cand.get("fingerprint") or "",
@@ -330,7 +349,7 @@ def require_succeeded(run: dict, role: str) -> None:
 def compare_url(base: dict, cand: dict) -> str:
     page = (cand.get("links") or {}).get("page", "")
     origin = page.split("/runs/")[0] if "/runs/" in page else ""
-    return f"{origin}/compare/?runs={base['id']},{cand['id']}&baseline={base['id']}"
+    return f"{origin}/compare/?runs={base['id']},{cand['id']}&reference={base['id']}"
 
 
 def metrics_of(args: argparse.Namespace) -> list[str]:
@@ -399,9 +418,10 @@ def not_comparable(comparison: Comparison, base: dict, cand: dict) -> str:
     """The one error line when the runs measured different things."""
     what = "; ".join(comparison.differences[:3]) or "their fingerprints differ"
     return (
-        f"runs {base['id']} and {cand['id']} are not comparable ({what}): no change between "
-        "them is judged. Compare with a run of the same configuration (latest:<label> finds "
-        "one), or mark a baseline for the new configuration (servebench baseline RUN --label L)"
+        f"runs {base['id']} and {cand['id']} are not comparable ({what}): they measured "
+        "different workloads or hardware, so no change between them is judged. Compare with "
+        "a run of the same workload on the same GPUs (latest:<label> finds one), or label a "
+        "run of this workload (servebench label RUN LABEL)"
     )
 
 
@@ -513,7 +533,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if bool(args.spec) == bool(args.preset):
         raise UsageError("give a spec file or --preset NAME (one of them)")
     if (args.baseline or args.set_baseline) and not args.wait:
-        raise UsageError("--baseline and --set-baseline need --wait")
+        raise UsageError("--compare-to and --label need --wait")
     # Usage errors before anything is queued.
     metrics_of(args)
     thresholds_of(args)
@@ -536,7 +556,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     summary, code = render.results_markdown(run, document), EXIT_OK
     if args.set_baseline:
         client.mark_baseline(run["id"], args.set_baseline)
-        err(f"marked run {run['id']} as a baseline: latest:{args.set_baseline}")
+        err(f"labelled run {run['id']} {args.set_baseline!r}: latest:{args.set_baseline}")
     if args.baseline:
         base = resolve(
             client, args.baseline, fingerprint=run.get("fingerprint") or "", before=run["id"]
@@ -714,7 +734,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     run = resolve(client, args.run)
     if args.unset:
         client.unmark_baseline(run["id"], args.label)
-        print(f"run {run['id']} is no longer a baseline under {args.label!r}")
+        print(f"run {run['id']} no longer has the label {args.label!r}")
         return EXIT_OK
     client.mark_baseline(run["id"], args.label)
     later = (
@@ -723,9 +743,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         else f" (it counts once it succeeds; now {run['status']})"
     )
     print(
-        f"run {run['id']} is a baseline under {args.label!r} for its series "
+        f"run {run['id']} is labelled {args.label!r} for its workload "
         f"(fingerprint {str(run.get('fingerprint'))[:12]}){later}; compare with "
-        f"--baseline latest:{args.label}"
+        f"--compare-to latest:{args.label}"
     )
     return EXIT_OK
 

@@ -173,13 +173,15 @@ class Client:
         )
 
     def mark_baseline(self, run_id: str, label: str) -> dict[str, Any]:
-        return self.request("POST", f"runs/{_seg(run_id)}/baseline", json={"label": label})
+        """Label the run (POST /runs/{id}/labels)."""
+        return self.request("POST", f"runs/{_seg(run_id)}/labels", json={"label": label})
 
     def unmark_baseline(self, run_id: str, label: str) -> None:
-        self.request("DELETE", f"runs/{_seg(run_id)}/baseline", params={"label": label})
+        self.request("DELETE", f"runs/{_seg(run_id)}/labels", params={"label": label})
 
     def baselines(self, *, label: str = "", fingerprint: str = "", owner: str = "") -> Any:
-        return self.get("baselines/", label=label, fingerprint=fingerprint, owner=owner)
+        """Labelled runs (GET /labels/)."""
+        return self.get("labels/", label=label, fingerprint=fingerprint, owner=owner)
 
     def noise_history(
         self, fingerprint: str, owner: str, before: str, configuration: str = ""

@@ -1,10 +1,12 @@
-"""Baselines in the REST API (rules in ``portal.benchmarks.baselines``).
+"""Labels in the REST API (rules in ``portal.benchmarks.baselines``): a CI pipeline labels
+the runs of its main branch, and ``latest:<label>`` is the newest labelled run of a
+workload. (They were called "baselines"; the old routes still answer, deprecated.)
 
-- ``POST /api/v1/runs/{id}/baseline`` ``{"label": "main"}``: mark (owner or staff).
-  201 when marked, 200 when it already was; 401 anonymous, 403 a reader who is not the
+- ``POST /api/v1/runs/{id}/labels`` ``{"label": "main"}``: label (owner or staff).
+  201 when labelled, 200 when it already was; 401 anonymous, 403 a reader who is not the
   owner, 404 a run you cannot see, 409 a failed or cancelled run.
-- ``DELETE /api/v1/runs/{id}/baseline?label=main``: unmark; 204, or 404 if not marked.
-- ``GET /api/v1/baselines/?label=&fingerprint=&owner=``: marks on runs you can see,
+- ``DELETE /api/v1/runs/{id}/labels?label=main``: remove; 204, or 404 if not labelled.
+- ``GET /api/v1/labels/?label=&fingerprint=&owner=``: labels on runs you can see,
   newest run first, paginated.
 - ``GET /api/v1/runs/resolve?ref=latest:main&fingerprint=&before=&owner=``: the run a
   reference names (``latest:<label>`` or a run id), as ``GET /runs/{id}/`` lists it.
@@ -75,7 +77,7 @@ class RunBaseline(APIView):
     permission_classes = [permissions.IsAuthenticated]
 
     @extend_schema(
-        operation_id="runs_baseline_set",
+        operation_id="runs_label_set",
         request=BaselineRequest,
         responses={
             201: BaselineSerializer,
@@ -83,8 +85,9 @@ class RunBaseline(APIView):
             409: OpenApiResponse(description="The run failed or was cancelled."),
         },
         description=(
-            "Mark the run as a baseline of its series under a label (owner only). "
-            "`latest:<label>` then resolves to the newest succeeded run so marked."
+            "Label the run (owner only), e.g. with its branch: main. `latest:<label>` then "
+            "resolves to the newest succeeded run so labelled that measured the same "
+            "workload on the same hardware."
         ),
     )
     def post(self, request: Request, public_id: str) -> Response:
@@ -100,10 +103,10 @@ class RunBaseline(APIView):
         return Response(mark_rows([mark], request)[0], status=201 if created else 200)
 
     @extend_schema(
-        operation_id="runs_baseline_unset",
+        operation_id="runs_label_unset",
         parameters=[OpenApiParameter("label", str, required=True)],
         responses={204: None},
-        description="Remove the run's mark under `label` (owner only).",
+        description="Remove the run's label `label` (owner only).",
     )
     def delete(self, request: Request, public_id: str) -> Response:
         run = get_run_or_404(request.user, public_id)
@@ -116,7 +119,7 @@ class RunBaseline(APIView):
             raise ApiError(
                 404,
                 "not_found",
-                f"run {run.short_id} is not marked {label!r}; GET /api/v1/baselines/ lists marks",
+                f"run {run.short_id} is not labelled {label!r}; GET /api/v1/labels/ lists labels",
                 [{"field": "label", "message": "not marked with this label"}],
             )
         return Response(status=204)
@@ -124,14 +127,14 @@ class RunBaseline(APIView):
 
 class BaselineList(APIView):
     @extend_schema(
-        operation_id="baselines_list",
+        operation_id="labels_list",
         parameters=[
             OpenApiParameter("label", str, description="Exactly this label."),
             OpenApiParameter("fingerprint", str, description="Runs of this fingerprint."),
             OpenApiParameter("owner", str, description="'me' or a username."),
         ],
         responses=BaselineSerializer(many=True),
-        description="Baseline marks on runs you can see, newest run first, paginated.",
+        description="Labels on runs you can see, newest run first, paginated.",
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
@@ -209,3 +212,30 @@ def _about_someone(
         "owner and the label, or compare with an explicit run id",
         "ref",
     )
+
+
+class OldRunBaseline(RunBaseline):
+    """``/runs/{id}/baseline``: the old route of ``RunBaseline`` (deprecated)."""
+
+    @extend_schema(operation_id="runs_baseline_set_old", deprecated=True, request=BaselineRequest)
+    def post(self, request: Request, public_id: str) -> Response:
+        return super().post(request, public_id)
+
+    @extend_schema(
+        operation_id="runs_baseline_unset_old",
+        deprecated=True,
+        parameters=[OpenApiParameter("label", str, required=True)],
+        responses={204: None},
+    )
+    def delete(self, request: Request, public_id: str) -> Response:
+        return super().delete(request, public_id)
+
+
+class OldBaselineList(BaselineList):
+    """``/baselines/``: the old route of ``BaselineList`` (deprecated)."""
+
+    @extend_schema(
+        operation_id="baselines_list_old", deprecated=True, responses=BaselineSerializer(many=True)
+    )
+    def get(self, request: Request) -> Response:
+        return super().get(request)

@@ -1,6 +1,6 @@
 """Comparison and history endpoints (read-only; visibility as for single runs).
 
-- ``GET /api/v1/compare/?runs=a,b,c&baseline=a``: each metric per point for every run,
+- ``GET /api/v1/compare/?runs=a,b,c&reference=a``: each metric per point for every run,
   the relative difference to the baseline run, and the environment fields that differ.
   404 if any run is not visible to the caller; 400 naming the parameter for a bad one.
 - ``GET /api/v1/history/?fingerprint=F&metric=output_throughput&point=K[&backend=B]``:
@@ -38,24 +38,36 @@ class Compare(APIView):
         operation_id="compare",
         parameters=[
             OpenApiParameter("runs", str, required=True, description="Run ids, comma-separated."),
-            OpenApiParameter("baseline", str, description="One of the runs (default: the first)."),
+            OpenApiParameter(
+                "reference",
+                str,
+                description="The reference run, one of the runs (default: the first).",
+            ),
+            OpenApiParameter(
+                "baseline", str, deprecated=True, description="The old name of `reference`."
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
         description=(
-            "Each metric per point for every run, `relative_to_baseline` = value / "
-            "baseline's - 1 (null for the baseline or where either is missing), "
-            "`verdicts`: the verdict engine's judgement of each run against the baseline "
+            "Each metric per point for every run, `relative_to_baseline` = value / the "
+            "reference run's - 1 (null for the reference or where either is missing), "
+            "`verdicts`: the verdict engine's judgement of each run against the reference "
             "(worse / better / within noise / within threshold / noise not measured / no "
             "data / not comparable, with the interval, its method and the noise source; "
-            "null for the baseline and for metrics that are not judged), per run "
-            "`comparable` and the fingerprint `differences`, and `environment_diff`: only "
-            "the fields whose values differ."
+            "null for the reference and for metrics that are not judged), per run "
+            "`comparable` (the same workload and hardware) with the measurement's "
+            "`differences` when not, `changes` (what it changed in configuration and "
+            "software: the change judged), `quality_note` and `contended` (points measured "
+            "under CPU contention); `ranking` per metric, and `environment_diff`: only the "
+            "fields whose values differ."
         ),
     )
     def get(self, request: Request) -> Response:
         try:
+            params = request.query_params
+            field = "reference" if params.get("reference") else "baseline"
             ids, baseline = cmp.parse_selection(
-                request.query_params.getlist("runs"), request.query_params.get("baseline")
+                params.getlist("runs"), params.get(field), field=field
             )
         except cmp.SelectionError as exc:
             raise ApiError(

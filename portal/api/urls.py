@@ -18,12 +18,15 @@ urlpatterns = [
     path("runs/<str:public_id>/result", views.RunResult.as_view(), name="run-result"),
     path("runs/<str:public_id>/spec", views.RunSpec.as_view(), name="run-spec"),
     path("runs/<str:public_id>/cancel", views.RunCancel.as_view(), name="run-cancel"),
+    path("runs/<str:public_id>/labels", baseline_views.RunBaseline.as_view(), name="run-labels"),
+    path("labels/", baseline_views.BaselineList.as_view(), name="labels"),
+    # The old routes of the two above (labels were called baselines), deprecated.
     path(
         "runs/<str:public_id>/baseline",
-        baseline_views.RunBaseline.as_view(),
+        baseline_views.OldRunBaseline.as_view(),
         name="run-baseline",
     ),
-    path("baselines/", baseline_views.BaselineList.as_view(), name="baselines"),
+    path("baselines/", baseline_views.OldBaselineList.as_view(), name="baselines"),
     path("runs/<str:public_id>/logs", logs_views.RunLogs.as_view(), name="run-logs"),
     path("presets/", views.Presets.as_view(), name="presets"),
     path("compare/", compare_views.Compare.as_view(), name="compare"),

@@ -30,6 +30,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from portal.benchmarks import queries
 from portal.benchmarks.models import BASELINE_LABEL_MAX, Baseline, Run, RunStatus
@@ -99,9 +100,17 @@ def mark(run: Run, user: AbstractBaseUser, label: str) -> tuple[Baseline, bool]:
         return existing, False
     try:
         with transaction.atomic():
-            return Baseline.objects.create(run=run, label=label, set_by=user), True
+            mark = Baseline.objects.create(run=run, label=label, set_by=user)
+            _touch(run)
+            return mark, True
     except IntegrityError:  # a concurrent mark of the same (run, label)
         return Baseline.objects.get(run=run, label=label), False
+
+
+def _touch(run: Run) -> None:
+    """A label shows on cached pages (the history's runs): their keys follow the runs'
+    ``updated_at``."""
+    Run.objects.filter(pk=run.pk).update(updated_at=timezone.now())
 
 
 def unmark(run: Run, user: AbstractBaseUser, label: str) -> bool:
@@ -110,6 +119,8 @@ def unmark(run: Run, user: AbstractBaseUser, label: str) -> bool:
     if not can_mark(user, run):
         raise PermissionError("only the run's owner can unmark it")
     deleted, _ = Baseline.objects.filter(run=run, label=label).delete()
+    if deleted:
+        _touch(run)
     return deleted > 0
 
 
@@ -222,8 +233,8 @@ def resolve(
             raise BaselineError(
                 409,
                 "ambiguous_ref",
-                f"label {label!r} marks runs of several series (different model, workload, "
-                "engine config or GPU); pass fingerprint=<the run's fingerprint>, or compare "
+                f"label {label!r} marks runs of several series (different workloads or GPUs); "
+                "pass fingerprint=<the run's fingerprint>, or compare "
                 "against a run so its fingerprint is used",
                 "fingerprint",
             )
@@ -238,7 +249,7 @@ def _why_none(
 ) -> str:
     """Why ``latest:<label>`` found nothing, and what to do about it."""
     whose = f"{who.get_username()}'s"
-    fix = f"mark one: servebench baseline RUN --label {label}"
+    fix = f"label one: servebench label RUN {label}"
     same_series = marks.filter(run__fingerprint=fingerprint) if fingerprint else marks
     if same_series.exists():
         return (
@@ -249,8 +260,18 @@ def _why_none(
     count = others.count() if fingerprint else 0
     if count:
         return (
-            f"no run of {whose} marked {label!r} has this fingerprint ({fingerprint[:12]}); "
-            f"{count} other series carry the label, so the model, workload, sweeps, engine "
-            f"flags or GPU differ. Compare with an explicit run id, or {fix}"
+            f"no run of {whose} labelled {label!r} measured this workload on this hardware "
+            f"(fingerprint {fingerprint[:12]}); {count} other series carry the label: their "
+            "workload, sweep points or GPU differ (a changed model or engine flag would not "
+            f"differ). Compare with an explicit run id, or {fix}"
         )
     return f"no run of {whose} is marked {label!r}; {fix}"
+
+
+def labels_of(run_ids: list[int]) -> dict[int, list[str]]:
+    """Each run's labels, sorted (one query, over the (run, label) unique index)."""
+    out: dict[int, list[str]] = {}
+    rows = Baseline.objects.filter(run_id__in=run_ids).order_by("label")
+    for run_id, label in rows.values_list("run_id", "label"):
+        out.setdefault(run_id, []).append(label)
+    return out

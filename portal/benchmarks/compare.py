@@ -57,11 +57,12 @@ class SelectionError(ValueError):
 
 
 def parse_selection(
-    runs: str | Sequence[str] | None, baseline: str | None = None
+    runs: str | Sequence[str] | None, baseline: str | None = None, field: str = "reference"
 ) -> tuple[list[str], str]:
-    """``runs=a,b,c`` (or repeated ``runs``) and ``baseline`` -> (ids in order, baseline).
-
-    The baseline defaults to the first run and must be one of the selected.
+    """``runs=a,b,c`` (or repeated ``runs``) and the reference run -> (ids in order, the
+    reference). The reference defaults to the first run and must be one of the selected;
+    ``field`` is the parameter that named it (``reference``, or ``baseline`` in older
+    links), which an error names.
     """
     raw = [runs] if isinstance(runs, str) else list(runs or [])
     ids: list[str] = []
@@ -80,7 +81,9 @@ def parse_selection(
         raise SelectionError("runs", f"compare at most {MAX_RUNS} runs at once ({len(ids)} given)")
     chosen = (baseline or "").strip() or ids[0]
     if chosen not in ids:
-        raise SelectionError("baseline", f"the baseline {chosen[:40]!r} is not among the runs")
+        raise SelectionError(
+            "reference", f"the reference run {chosen[:40]!r} is not among the runs"
+        )
     return ids, chosen
 
 
@@ -316,7 +319,8 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         """The API's answer (plain JSON)."""
         return {
-            "baseline": self.baseline_run.public_id,
+            "reference": self.baseline_run.public_id,
+            "baseline": self.baseline_run.public_id,  # the old name of "reference"
             "runs": [
                 {
                     "id": c.run.public_id,
@@ -369,6 +373,16 @@ class Comparison:
                 "min_history": engine.MIN_HISTORY,
                 "lookback": engine.LOOKBACK,
             },
+            "ranking": [
+                {
+                    "metric": r["metric"].key,
+                    "runs": [
+                        {"id": self.columns[i].run.public_id, "change": change}
+                        for i, change in r["order"]
+                    ],
+                }
+                for r in self.ranking()
+            ],
             "environment_diff": [{"field": e.label, "values": e.values} for e in self.env_diff],
         }
 

@@ -31,8 +31,8 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Avg, Count, F, StdDev
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
+from portal.benchmarks import baselines, queries, runview
 from portal.benchmarks import points as pts
-from portal.benchmarks import queries, runview
 from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners import fingerprint as rf
 from servebench import verdict
@@ -89,6 +89,7 @@ class HistoryPoint:
     changes: list[str] = field(default_factory=list)
     run_pk: int = 0
     configuration: str = ""  # Run.config_fingerprint
+    labels: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -138,6 +139,7 @@ class History:
                     "repeats": p.repeats,
                     "versions": p.versions,
                     "changes": p.changes,
+                    "labels": p.labels,
                 }
                 for p in self.points
             ],
@@ -266,6 +268,9 @@ def history(
     ]
     label_changes(series)
     label_configuration_changes(series)
+    labels = baselines.labels_of([p.run_pk for p in series])
+    for p in series:
+        p.labels = labels.get(p.run_pk, [])
     return History(
         fingerprint=fingerprint,
         metric=pts.METRIC_BY_KEY[metric],

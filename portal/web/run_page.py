@@ -31,7 +31,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.template.loader import render_to_string
 
-from portal.benchmarks import capacity, goodput, queries, reproduce, runview, sharing
+from portal.benchmarks import baselines, capacity, goodput, queries, reproduce, runview, sharing
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.queue import queue_info
@@ -251,6 +251,7 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
         "can_cancel": manager and not run.is_final,
         "failure_reason": sharing.failure_reason_for(user, run),
         "queue": queue_info(run),
+        "labels": baselines.labels_of([run.pk]).get(run.pk, []),
         "log_tail": log_tail(user, run),
         **rerun_info,
     }

@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<str:public_id>/cancel/", runs.run_cancel, name="run-cancel"),
     path("runs/<str:public_id>/rerun/", runs.run_rerun, name="run-rerun"),
     path("runs/<str:public_id>/visibility/", runs.run_visibility, name="run-visibility"),
+    path("runs/<str:public_id>/labels/", runs.run_labels, name="run-labels"),
     path("compare/", compare.compare_page, name="compare"),
     path("history/<str:fingerprint>/", history.history_page, name="history"),
     path("tokens/", tokens.tokens, name="tokens"),

@@ -155,7 +155,7 @@ def test_latest_is_per_series_and_per_label(personas, make_run, spec_dict):
     missing = resolve(owner, "latest:nightly", fingerprint=b.fingerprint)
     assert missing.status_code == 404
     message = error(missing)["message"]
-    assert "1 other series" in message and "servebench baseline RUN --label nightly" in message
+    assert "1 other series" in message and "servebench label RUN nightly" in message
 
 
 def test_latest_never_picks_another_users_run(personas, make_run):

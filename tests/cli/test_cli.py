@@ -222,7 +222,7 @@ def test_compare_finds_a_20_percent_regression_and_exits_1(
     assert "methods:" in result.out and "bootstrap" in result.out
     md = summary.read_text()
     assert md.startswith("### 🔴 servebench:")
-    assert f"{url}/compare/?runs={base.public_id},{cand.public_id}&baseline={base.public_id}" in md
+    assert f"{url}/compare/?runs={base.public_id},{cand.public_id}&reference={base.public_id}" in md
     data = json.loads(
         cli("compare", base.public_id, cand.public_id, "--format", "json", url=url, token=token).out
     )
@@ -275,8 +275,8 @@ def test_compare_refuses_a_failed_run_with_its_reason(
 def test_baseline_then_compare_with_latest(cli, portal, personas, measured_run):
     url, token, other_token = portal
     old = measured_run(personas["owner"].user, seed=1)
-    marked = cli("baseline", old.public_id, "--label", "main", url=url, token=token)
-    assert marked.code == 0 and "--baseline latest:main" in marked.out
+    marked = cli("label", old.public_id, "main", url=url, token=token)
+    assert marked.code == 0 and "--compare-to latest:main" in marked.out
     assert Baseline.objects.get().run == old
     refused = cli("baseline", old.public_id, "--label", "main", url=url, token=other_token)
     assert "no run" in one_error_line(refused)  # private: not even visible
@@ -287,15 +287,15 @@ def test_baseline_then_compare_with_latest(cli, portal, personas, measured_run):
     assert result.code == 1, result.out
     assert "history" in result.out
     assert f"base       {old.public_id}" in result.out
-    listing = cli("baselines", "--label", "main", url=url, token=token)
+    listing = cli("labels", "--label", "main", url=url, token=token)
     assert old.public_id in listing.out
     # A candidate marked under the same label does not become its own baseline.
-    cli("baseline", new.public_id, "--label", "main", url=url, token=token)
+    cli("label", new.public_id, "main", url=url, token=token)
     assert cli("compare", "latest:main", new.public_id, url=url, token=token).code == 1
-    unset = cli("baseline", old.public_id, "--label", "main", "--unset", url=url, token=token)
+    unset = cli("label", old.public_id, "main", "--unset", url=url, token=token)
     assert unset.code == 0
     missing = cli("compare", "latest:main", new.public_id, url=url, token=token)
-    assert "servebench baseline RUN --label main" in one_error_line(missing)
+    assert "servebench label RUN main" in one_error_line(missing)
 
 
 # --------------------------------------------------------------------------- packaging

@@ -2,11 +2,14 @@
 worker, the local executor and the real runner on the tiny model (HF baseline and a vLLM
 server with vLLM's bench client).
 
-A vLLM server start costs ~100 s on 2 CPU cores, so the module makes exactly two real
+A vLLM server start costs ~100 s on 2 CPU cores, so the module makes exactly three real
 runs once, the way a pipeline would:
 
-1. ``servebench submit spec.yaml --wait --set-baseline main``  (the main branch), then
-2. ``servebench submit spec.yaml --wait --baseline latest:main`` (a pull request),
+1. ``servebench submit spec.yaml --wait --label main``  (the main branch), then
+2. ``servebench submit spec.yaml --wait --compare-to latest:main`` (a pull request that
+   changes nothing), then
+3. ``servebench submit flag.yaml --wait --compare-to latest:main`` (a pull request that sets
+   ``max_num_seqs: 1``, measured three times so its run-to-run noise is known),
 
 as subprocesses, and keeps every row they produced. pytest-django empties the database
 after each test that uses the live server, so ``real_runs`` puts those rows back before
@@ -54,6 +57,15 @@ def real_spec(model: str) -> dict[str, Any]:
     }
 
 
+def flag_spec(model: str) -> dict[str, Any]:
+    """The pull request that changes one engine flag: one sequence at a time, so a load of
+    4 queues behind it (measured three times: its own run-to-run spread is the noise)."""
+    spec = real_spec(model)
+    spec["backends"] = [spec["backends"][0], {"kind": "vllm", "max_num_seqs": 1}]
+    spec["repeats"] = 3
+    return spec
+
+
 @dataclass
 class Invocation:
     argv: list[str]
@@ -73,8 +85,10 @@ class RealRuns:
     worker_log: Path
     first: Invocation | None = None
     second: Invocation | None = None
+    flag: Invocation | None = None
     snapshot: str = ""
-    ids: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  # the first two runs
+    flag_id: str = ""
 
     def env(self) -> dict[str, str]:
         return {
@@ -125,6 +139,7 @@ def real(
     worker stays up for the module: ``test_a_run_that_fails...`` submits one more."""
     workdir = tmp_path_factory.mktemp("cli-real")
     (workdir / "spec.yaml").write_text(yaml.safe_dump(real_spec(str(tiny_model))))
+    (workdir / "flag.yaml").write_text(yaml.safe_dump(flag_spec(str(tiny_model))))
     # What pytest-django does around each live-server test: the server's host allowed.
     live_server._live_server_modified_settings.enable()
     try:
@@ -151,7 +166,7 @@ def _make_real_runs(
         module_worker(live_server.url, real_runs.worker_log)
         wait = ["--wait", "--poll", "2s", "--timeout", "20m"]
         real_runs.first = real_runs.cli(
-            "submit", "spec.yaml", *wait, "--set-baseline", "main", "--summary", "first.md"
+            "submit", "spec.yaml", *wait, "--label", "main", "--summary", "first.md"
         )
         assert real_runs.first.code == 0, (
             real_runs.first.explain() + real_runs.worker_log.read_text()[-3000:]
@@ -161,7 +176,13 @@ def _make_real_runs(
             "--summary", "second.md", "--name", "pull request",
         )  # fmt: skip
         assert real_runs.second.code in (0, 1), real_runs.second.explain()
-        real_runs.ids = list(Run.objects.order_by("created_at").values_list("public_id", flat=True))
+        real_runs.flag = real_runs.cli(
+            "submit", "flag.yaml", *wait, "--baseline", "latest:main",
+            "--summary", "flag.md", "--name", "max_num_seqs 1",
+        )  # fmt: skip
+        *real_runs.ids, real_runs.flag_id = list(
+            Run.objects.order_by("created_at").values_list("public_id", flat=True)
+        )
         real_runs.snapshot = snapshot()
     return real_runs
 
@@ -199,7 +220,7 @@ def test_submit_wait_prints_the_permalink_progress_and_a_summary(real_runs):
     ):
         assert label in first.out
     assert "out tok/s" in first.out and "succeeded" in first.out
-    assert f"marked run {base_id} as a baseline: latest:main" in first.err
+    assert f"labelled run {base_id} 'main': latest:main" in first.err
     summary = (real_runs.workdir / "first.md").read_text()
     assert summary.startswith("### servebench:") and "| vllm |" in summary
     run = Run.objects.get(public_id=base_id)
@@ -216,7 +237,7 @@ def test_submit_with_the_baseline_compares_against_the_previous_run(real_runs):
     assert second.code == (1 if regressed else 0), second.explain()
     assert ("verdict: no regression" in second.out) is not regressed
     summary = (real_runs.workdir / "second.md").read_text()
-    assert f"/compare/?runs={base_id},{cand_id}&baseline={base_id}" in summary
+    assert f"/compare/?runs={base_id},{cand_id}&reference={base_id}" in summary
     # 🟡: changes beyond the threshold whose run-to-run noise one repeat cannot measure.
     assert summary.startswith(("### 🔴",) if regressed else ("### 🟢", "### 🟡"))
 
@@ -295,3 +316,59 @@ def test_a_run_that_fails_exits_2_with_its_reason(real_runs, tiny_model):
     # The portal's reason points at the measurements; the line carries the first one's.
     assert "first error: hf-sequential baseline: " in error[0], result.explain()
     assert "servebench: error" in (real_runs.workdir / "broken.md").read_text()
+
+
+# --------------------------------------------------------------------------- judging a change
+
+
+def _documents(real_runs: RealRuns, *ids: str) -> list[str]:
+    """Each run's result document written to a file, as a CI job downloads it."""
+    names = []
+    for run_id in ids:
+        got = real_runs.cli("results", run_id, "--format", "json")
+        assert got.code == 0, got.explain()
+        (real_runs.workdir / f"{run_id}.json").write_text(got.out)
+        names.append(f"{run_id}.json")
+    return names
+
+
+def test_a_flag_change_that_slows_the_server_fails_the_gate_naming_the_flag(real_runs):
+    flag = real_runs.flag
+    base_id, _ = real_runs.ids
+    assert flag.code == 1, flag.explain()  # judged: worse, not "not comparable"
+    assert f"base       {base_id}" in flag.out  # latest:main: main's run of this measurement
+    assert "what changed  vllm.max_num_seqs: default → 1" in flag.out, flag.explain()
+    assert "WORSE vllm concurrency:max_concurrency=4 output_throughput" in flag.out
+    summary = (real_runs.workdir / "flag.md").read_text()
+    assert summary.startswith("### 🔴") and "vllm.max_num_seqs: default → 1" in summary
+    # The same verdict offline, from the runner's result documents alone.
+    files = _documents(real_runs, base_id, real_runs.flag_id)
+    offline = real_runs.cli("compare", *files)
+    assert offline.code == 1, offline.explain()
+    assert "what changed  vllm.max_num_seqs: default → 1" in offline.out
+
+
+def test_an_identical_pair_passes_the_gate_online_and_offline(real_runs):
+    base_id, cand_id = real_runs.ids
+    online = real_runs.cli("compare", base_id, cand_id)
+    assert online.code == 0, online.explain()
+    assert "what changed  nothing in the configuration" in online.out
+    offline = real_runs.cli("compare", *_documents(real_runs, base_id, cand_id))
+    assert offline.code == 0, offline.explain()
+
+
+def test_a_workload_change_is_not_comparable_and_names_the_field(real_runs, tiny_model):
+    base_id, _ = real_runs.ids
+    other = real_spec(str(tiny_model))
+    other["workload"]["output_len"] = 8
+    other["backends"] = [{"kind": "hf-sequential", "num_prompts": 4, "num_warmups": 0}]
+    (real_runs.workdir / "workload.yaml").write_text(yaml.safe_dump(other))
+    submitted = real_runs.cli(
+        "submit", "workload.yaml", "--wait", "--poll", "2s", "--timeout", "10m",
+        "--baseline", base_id,
+    )  # fmt: skip
+    assert submitted.code == 2, submitted.explain()
+    assert "workload.output_len: 16 vs 8" in submitted.err, submitted.explain()
+    other_id = submitted.out.splitlines()[0].rstrip("/").rsplit("/", 1)[-1]
+    offline = real_runs.cli("compare", *_documents(real_runs, base_id, other_id))
+    assert offline.code == 2 and "workload.output_len: 16 vs 8" in offline.err, offline.explain()

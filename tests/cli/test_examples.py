@@ -56,5 +56,5 @@ def test_every_servebench_command_in_the_pipelines_parses(name):
     for argv in found:
         parser.parse_args(argv)  # a UsageError would fail the test with its message
     flat = [" ".join(argv) for argv in found]
-    assert any("--set-baseline main" in c and "--wait" in c for c in flat)
-    assert any("--baseline latest:main" in c and "--summary" in c for c in flat)
+    assert any("--label main" in c and "--wait" in c for c in flat)
+    assert any("--compare-to latest:main" in c and "--summary" in c for c in flat)

@@ -169,7 +169,7 @@ def test_page_api_rerun_banner_and_cli_agree(kind, live_server, personas, cli):
     assert abs(judged["change"]) > 0.05  # every case changed beyond the 5% threshold
 
     # The compare API and page: the same verdicts, number for number.
-    url = f"/compare/?runs={base.public_id},{cand.public_id}&baseline={base.public_id}"
+    url = f"/compare/?runs={base.public_id},{cand.public_id}&reference={base.public_id}"
     api = owner.client.get("/api/v1" + url).json()
     from_api = {}
     for row in api["rows"]:

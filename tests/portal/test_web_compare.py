@@ -32,27 +32,32 @@ def test_a_form_post_from_the_list_lands_on_the_canonical_permalink(make_user: A
     client = signed_in(owner)
     listing = client.get("/runs/").content.decode()
     assert 'action="/compare/"' in listing and f'value="{a.public_id}"' in listing
-    assert "the oldest of them is the baseline" in listing
+    assert "the oldest of them is the reference run" in listing
     # The list sends the newest first; the oldest ticked run is the baseline.
     response = client.get(f"/compare/?runs={b.public_id}&runs={a.public_id}")
     assert response.status_code == 302
     assert response["Location"] == (
-        f"/compare/?runs={b.public_id},{a.public_id}&baseline={a.public_id}"
+        f"/compare/?runs={b.public_id},{a.public_id}&reference={a.public_id}"
     )
     page = client.get(response["Location"])
     assert page.status_code == 200
     assert page.context["baseline_id"] == a.public_id
     html = page.content.decode()
     # The baseline is chosen explicitly, and its row and column come first.
-    assert 'id="baseline-select"' in html
+    assert 'id="reference-select"' in html
     assert f'<option value="{a.public_id}" selected>' in html
     assert f'<option value="{b.public_id}">' in html
     runs_table = html[html.index('id="compare-runs"') :]
     assert runs_table.index(a.short_id) < runs_table.index(b.short_id)
     # Short ids, as the pages show them, resolve to the canonical permalink.
-    short = client.get(f"/compare/?runs={a.short_id},{b.short_id}&baseline={b.short_id}")
+    short = client.get(f"/compare/?runs={a.short_id},{b.short_id}&reference={b.short_id}")
+    # An older link's baseline= is the reference run, redirected to the canonical form.
+    older = client.get(f"/compare/?runs={a.public_id},{b.public_id}&baseline={b.public_id}")
+    assert older["Location"] == (
+        f"/compare/?runs={a.public_id},{b.public_id}&reference={b.public_id}"
+    )
     assert short["Location"] == (
-        f"/compare/?runs={a.public_id},{b.public_id}&baseline={b.public_id}"
+        f"/compare/?runs={a.public_id},{b.public_id}&reference={b.public_id}"
     )
 
 
@@ -74,7 +79,7 @@ def test_the_page_overlays_every_run_and_tables_each_metric(make_user: Any) -> N
     owner = make_user("alice")
     runs = [webdata.make_sweep_run(owner, [1, 2, 4, 8], seed=i) for i in range(3)]
     ids = ",".join(r.public_id for r in runs)
-    page = signed_in(owner).get(f"/compare/?runs={ids}&baseline={runs[1].public_id}")
+    page = signed_in(owner).get(f"/compare/?runs={ids}&reference={runs[1].public_id}")
     assert page.status_code == 200
     figures = {f["id"]: f["figure"] for f in page.context["figures"]}
     assert set(figures) == {
@@ -103,7 +108,7 @@ def test_the_chart_data_of_8_runs_by_20_points_stays_under_200_kb(make_user: Any
     ids = ",".join(r.public_id for r in runs)
     client = signed_in(owner)
     with CaptureQueriesContext(connection) as ctx:
-        page = client.get(f"/compare/?runs={ids}&baseline={runs[0].public_id}")
+        page = client.get(f"/compare/?runs={ids}&reference={runs[0].public_id}")
     payload = json.dumps(page.context["figures"], separators=(",", ":"))
     assert len(payload.encode()) < 200_000, len(payload)
     # Session and user, the runs and their series' stamp (the cache key), then compare's
@@ -111,7 +116,7 @@ def test_the_chart_data_of_8_runs_by_20_points_stays_under_200_kb(make_user: Any
     assert len(ctx.captured_queries) <= 10
     # All finished: the second request is served from the cache.
     with CaptureQueriesContext(connection) as ctx:
-        again = client.get(f"/compare/?runs={ids}&baseline={runs[0].public_id}")
+        again = client.get(f"/compare/?runs={ids}&reference={runs[0].public_id}")
     assert len(ctx.captured_queries) <= 4
     assert again.content.count(b'data-metric="') == page.content.count(b'data-metric="')
 
@@ -122,7 +127,7 @@ def test_a_private_run_in_the_selection_is_a_404(make_user: Any, who: str) -> No
     a = webdata.make_sweep_run(owner, [1], public=True)
     b = webdata.make_sweep_run(owner, [1])
     client = signed_in(make_user("mallory")) if who == "other" else Client()
-    url = f"/compare/?runs={a.public_id},{b.public_id}&baseline={a.public_id}"
+    url = f"/compare/?runs={a.public_id},{b.public_id}&reference={a.public_id}"
     assert client.get(url).status_code == 404
     Run.objects.filter(pk=b.pk).update(is_public=True)
     assert client.get(url).status_code == 200
@@ -141,9 +146,9 @@ def test_runs_that_measured_different_things_are_flagged_and_not_judged(
     spec = webdata.sweep_spec([1, 4])
     spec["workload"]["input_len"] = 256
     other = webdata.make_sweep_run(owner, [1, 4], seed=2, spec=spec)
-    url = f"/compare/?runs={base.public_id},{other.public_id}&baseline={base.public_id}"
+    url = f"/compare/?runs={base.public_id},{other.public_id}&reference={base.public_id}"
     html = signed_in(owner).get(url).content.decode()
-    warning = html[html.index('id="not-comparable"') : html.index('id="baseline-form"')]
+    warning = html[html.index('id="not-comparable"') : html.index('id="reference-form"')]
     assert "Not comparable" in warning and "workload.input_len: 128 → 256" in warning
     assert 'data-verdict="not comparable"' in html
     assert 'class="num worse' not in html and 'class="num better' not in html
@@ -153,7 +158,7 @@ def test_only_what_the_engine_calls_worse_or_better_is_coloured(make_user: Any) 
     owner = make_user("alice")
     base = webdata.make_sweep_run(owner, [1, 4, 16], repeats=2, seed=1, peak=2000.0)
     slower = webdata.make_sweep_run(owner, [1, 4, 16], repeats=2, seed=2, peak=1000.0)
-    url = f"/compare/?runs={base.public_id},{slower.public_id}&baseline={base.public_id}"
+    url = f"/compare/?runs={base.public_id},{slower.public_id}&reference={base.public_id}"
     html = signed_in(owner).get(url).content.decode()
     cells = re.findall(r'<td class="num([^"]*)" data-verdict="([^"]*)"', html)
     assert cells, "no judged cell"
@@ -168,11 +173,11 @@ def test_overlaid_charts_have_legends_naming_each_run(make_user: Any) -> None:
     owner = make_user("alice")
     runs = [webdata.make_sweep_run(owner, [1, 4], seed=i, name=f"run {i}") for i in range(2)]
     ids = ",".join(r.public_id for r in runs)
-    page = signed_in(owner).get(f"/compare/?runs={ids}&baseline={runs[0].public_id}")
+    page = signed_in(owner).get(f"/compare/?runs={ids}&reference={runs[0].public_id}")
     for f in page.context["figures"]:
         assert f["figure"]["layout"]["showlegend"] is True, f["id"]
         shown = [t["name"] for t in f["figure"]["data"] if t.get("showlegend", True)]
-        assert shown[0] == f"run 0 ({runs[0].short_id}, baseline)", shown
+        assert shown[0] == f"run 0 ({runs[0].short_id}, reference)", shown
         assert shown[1] == f"run 1 ({runs[1].short_id})", shown
         symbols = {t["marker"]["symbol"] for t in f["figure"]["data"] if "marker" in t}
         assert len(symbols) >= 2, f["id"]  # one marker per run, beside its colour
@@ -185,7 +190,7 @@ def test_run_names_with_html_are_escaped_in_chart_specs(make_user: Any) -> None:
         for i in range(2)
     ]
     ids = ",".join(r.public_id for r in evil)
-    page = signed_in(owner).get(f"/compare/?runs={ids}&baseline={evil[0].public_id}")
+    page = signed_in(owner).get(f"/compare/?runs={ids}&reference={evil[0].public_id}")
     names = [t["name"] for f in page.context["figures"] for t in f["figure"]["data"]]
     assert names and all("<b" not in n for n in names)
     assert any(n.startswith("&lt;b onmouseover=x&gt;0&lt;/b&gt;") for n in names)

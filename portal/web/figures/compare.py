@@ -1,6 +1,6 @@
 """The compare page's charts: every run's curves overlaid, one colour and one marker per
-run (the runs table's swatch), each named in the legend, the baseline drawn thicker and
-named as such.
+run (the runs table's swatch), each named in the legend, the reference run drawn thicker
+and named as such.
 
 Per sweep name: output tokens/s (each run's HF baseline as a dashed line in the run's
 colour, in the run's legend group), p99 TTFT, p99 TPOT, and throughput against p99 TTFT
@@ -36,12 +36,12 @@ NAME_CHARS = 32  # legend names are cut to this many characters (the table has t
 
 
 def run_name(comparison: Comparison, i: int) -> str:
-    """A run's legend name: its name (cut) and short id, "(baseline)" for the baseline."""
+    """A run's legend name: its name (cut) and short id, ", reference" for the reference."""
     column = comparison.columns[i]
     name = column.run.name or column.run.model_id
     if len(name) > NAME_CHARS:
         name = name[: NAME_CHARS - 1] + "…"
-    tail = ", baseline" if i == comparison.baseline else ""
+    tail = ", reference" if i == comparison.baseline else ""
     return f"{name} ({column.run.short_id}{tail})"
 
 

@@ -1,10 +1,12 @@
-"""The compare page: /compare/?runs=a,b,c&baseline=a (a permalink).
+"""The compare page: /compare/?runs=a,b,c&reference=a (a permalink).
 
-The selection and the baseline live in the URL; a form post from the runs list
-(repeated ``runs`` checkboxes), a URL without a baseline, or one naming runs by a unique
-prefix of their ids (the short ids the pages show) is redirected to that canonical form.
-Without a baseline, the oldest of the chosen runs is the baseline (what a change is
-measured from); the page has a selector to pick another. Every run must be visible to
+The selection and the reference run live in the URL; a form post from the runs list
+(repeated ``runs`` checkboxes), a URL without a reference, one naming it ``baseline=``
+(the word older links used), or one naming runs by a unique prefix of their ids (the
+short ids the pages show) is redirected to that canonical form. Without a reference, the
+oldest of the chosen runs is the reference (what a change is measured from); the page
+has a selector to pick another. ("Baseline" is kept for the HF baselines; the label a CI
+pipeline marks runs with is a "label".) Every run must be visible to
 the reader, else 404 (as for a single run: ids do not leak). No run, or one, chosen: a
 page that says what to do instead of an empty comparison.
 
@@ -37,9 +39,14 @@ from portal.web.figures.common import by_sweep, color
 from servebench import verdict as engine
 
 
-def compare_url(ids: list[str], baseline: str) -> str:
-    """The permalink: ``/compare/?runs=a,b,c&baseline=a`` (ids are [a-z0-9]: no quoting)."""
-    return f"{reverse('web:compare')}?runs={','.join(ids)}&baseline={baseline}"
+def compare_url(ids: list[str], reference: str) -> str:
+    """The permalink: ``/compare/?runs=a,b,c&reference=a`` (ids are [a-z0-9]: no quoting)."""
+    return f"{reverse('web:compare')}?runs={','.join(ids)}&reference={reference}"
+
+
+def _reference_param(request: HttpRequest) -> str | None:
+    """The reference run the URL names: ``reference``, or ``baseline`` in older links."""
+    return request.GET.get("reference") or request.GET.get("baseline")
 
 
 def _not_found() -> Http404:
@@ -80,7 +87,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     if not chosen:
         return render(request, "web/compare.html", {"state": "none"})
     try:
-        ids, baseline = cmp.parse_selection(chosen, request.GET.get("baseline"))
+        ids, baseline = cmp.parse_selection(chosen, _reference_param(request))
     except cmp.SelectionError as exc:
         context = {"error": f"{exc.field}: {exc}"}
         return render(request, "web/compare.html", context, status=400)
@@ -90,15 +97,16 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         raise _not_found()
     if len(full) == 1:
         return render(request, "web/compare.html", {"state": "one", "run": runs[full[0]]})
-    if request.GET.get("baseline") and len(request.GET.get("baseline", "")) < PUBLIC_ID_LENGTH:
+    named = _reference_param(request)
+    if named and len(named) < PUBLIC_ID_LENGTH:
         baseline = _full_ids(request.user, [baseline])[0]
-    elif not request.GET.get("baseline"):
+    elif not named:
         baseline = min(runs.values(), key=lambda r: (r.created_at, r.pk)).public_id
     if baseline not in runs:
-        context = {"error": f"baseline: the baseline {baseline[:40]!r} is not among the runs"}
+        context = {"error": f"reference: the run {baseline[:40]!r} is not among the runs"}
         return render(request, "web/compare.html", context, status=400)
     canonical = compare_url(full, baseline)
-    given = (request.GET.getlist("runs"), request.GET.get("baseline"), len(request.GET))
+    given = (request.GET.getlist("runs"), request.GET.get("reference"), len(request.GET))
     if given != ([",".join(full)], baseline, 2):
         return redirect(canonical)
     ordered = [runs[i] for i in full]
@@ -127,7 +135,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         "permalink": request.build_absolute_uri(canonical),
         "api_url": reverse("api:compare")
         + "?"
-        + urlencode({"runs": ",".join(full), "baseline": baseline}),
+        + urlencode({"runs": ",".join(full), "reference": baseline}),
     }
     return render(request, "web/compare.html", context)
 

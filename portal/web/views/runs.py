@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.benchmarks import (
+    baselines,
     documents,
     intake,
     lifecycle,
@@ -87,7 +88,10 @@ def permalink(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 def home(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("web:run-list")
-    recent = queries.run_list(request.user)[:10]
+    recent = list(queries.run_list(request.user)[:10])
+    labels = baselines.labels_of([r.pk for r in recent])
+    for run in recent:
+        run.labels = labels.get(run.pk, [])
     return render(request, "web/home.html", {"recent": recent})
 
 
@@ -109,8 +113,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
         .annotate(best=Max("output_throughput"))
         .values_list("run_id", "best")
     )
+    labels = baselines.labels_of([r.pk for r in runs])
     for run in runs:
         run.best_output_throughput = best.get(run.pk)
+        run.labels = labels.get(run.pk, [])
     context = {
         "page": page,
         "runs": runs,
@@ -319,4 +325,31 @@ def run_visibility(request: HttpRequest, public_id: str) -> HttpResponse:
         messages.success(request, "The run is public: anyone with the link can read it.")
     else:
         messages.success(request, "The run is private: only you (and staff) can read it.")
+    return redirect(run.get_absolute_url())
+
+
+@login_required
+@require_POST
+def run_labels(request: HttpRequest, public_id: str) -> HttpResponse:
+    """Add (``label``) or remove (``remove``) one of the run's labels (the owner: the
+    rules and their messages are ``baselines.mark`` / ``unmark``'s)."""
+    run = run_or_404(request, public_id)
+    removing = "remove" in request.POST
+    label = request.POST.get("remove" if removing else "label", "")
+    try:
+        if removing:
+            baselines.unmark(run, request.user, label)
+            messages.success(request, f"Label {label!r} removed.")
+        else:
+            _, created = baselines.mark(run, request.user, label)
+            text = f"Labelled {label.strip()!r}" if created else f"Already labelled {label!r}"
+            messages.success(
+                request,
+                f"{text}: latest:{label.strip()} is the newest succeeded run so labelled that "
+                "measured this workload on this hardware.",
+            )
+    except PermissionError:
+        raise Http404("Only the run's owner can label it.") from None
+    except baselines.BaselineError as exc:
+        messages.error(request, f"label: {exc.message}")
     return redirect(run.get_absolute_url())

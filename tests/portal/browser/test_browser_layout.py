@@ -129,7 +129,7 @@ def test_every_page_fits_a_phone_and_a_desktop(page: Any, make_user: Any) -> Non
     baselines = webdata.make_baselines_run(user)  # every HF baseline, the speedup labels
     check(page, "run-baselines", baselines.get_absolute_url(), charts=True)
     ids = ",".join(r.public_id for r in runs)
-    check(page, "compare", f"/compare/?runs={ids}&baseline={runs[0].public_id}", charts=True)
+    check(page, "compare", f"/compare/?runs={ids}&reference={runs[0].public_id}", charts=True)
     check(page, "compare-one", f"/compare/?runs={run.public_id}")
     check(page, "compare-none", "/compare/")
     check(page, "history", f"/history/{run.fingerprint}/", charts=True)

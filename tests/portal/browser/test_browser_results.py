@@ -167,7 +167,7 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
     url = page.page.url
     # The list sends the ticked runs newest first; the oldest of them is the baseline.
     assert url.endswith(
-        f"/compare/?runs={runs[2].public_id},{runs[0].public_id}&baseline={runs[0].public_id}"
+        f"/compare/?runs={runs[2].public_id},{runs[0].public_id}&reference={runs[0].public_id}"
     ), url
     shapes = {c["id"]: c for c in assert_charts_drawn(page)}
     assert shapes["concurrency-output"]["drawn"] == [6, 6, 2, 2]  # 2 runs + 2 HF lines
@@ -177,7 +177,7 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
 
     # The permalink, opened fresh, with three runs and the last one as baseline.
     ids = ",".join(r.public_id for r in runs)
-    page.goto(f"/compare/?runs={ids}&baseline={runs[2].public_id}")
+    page.goto(f"/compare/?runs={ids}&reference={runs[2].public_id}")
     shapes = {c["id"]: c for c in assert_charts_drawn(page)}
     assert shapes["concurrency-output"]["drawn"] == [6, 6, 6, 2, 2, 2]
     assert page.page.locator("#compare-runs tr.baseline-row").inner_text().count("vLLM 0.32.0")
@@ -197,8 +197,8 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
     assert page.page.locator("#compare-table tbody:not([hidden])").count() == 1 + 6
     page.shot("compare")
     # Another baseline, from the selector: the page opens against it at once.
-    page.page.select_option("#baseline-select", runs[1].public_id)
-    page.page.wait_for_url(f"**baseline={runs[1].public_id}")
+    page.page.select_option("#reference-select", runs[1].public_id)
+    page.page.wait_for_url(f"**reference={runs[1].public_id}")
     assert page.page.locator("#compare-runs tr.baseline-row").inner_text().count("vLLM 0.31.0")
     assert page.console_errors == []
 
@@ -239,7 +239,7 @@ def test_private_results_are_refused_and_public_ones_readable(page: Any, make_us
     run, other_run = (webdata.make_sweep_run(owner, [1, 4, 16], seed=i) for i in range(2))
     urls = [
         run.get_absolute_url(),
-        f"/compare/?runs={run.public_id},{other_run.public_id}&baseline={run.public_id}",
+        f"/compare/?runs={run.public_id},{other_run.public_id}&reference={run.public_id}",
         f"/history/{run.fingerprint}/",
     ]
     for url in urls:  # anonymous

@@ -1,10 +1,10 @@
-// Compare page: a new baseline from the selector opens at once (the button stays for
+// Compare page: a new reference run from the selector opens at once (the button stays for
 // keyboards and for pages without script); filter the metric table by metric, and to
 // the changes the verdict engine calls worse or better (the coloured cells). A point's
 // heading row hides with its last visible metric.
 (function () {
   "use strict";
-  const picker = document.getElementById("baseline-select");
+  const picker = document.getElementById("reference-select");
   if (picker && picker.form) {
     picker.addEventListener("change", function () { picker.form.submit(); });
   }
