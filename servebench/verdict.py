@@ -6,8 +6,9 @@ than the run-to-run noise? The compare page, the API, the re-run "reproduced?" b
 A gate that is red on an unchanged commit gets switched off; one that passes a 20%
 regression because "benchmarks are noisy" is worse. The rules, per metric of a point:
 
-1. **not comparable**: the runs' fingerprints differ (``runners.fingerprint``): they
-   measured different things, so no change between them is judged.
+1. **not comparable**: the runs measured different things (``runners.fingerprint``: a
+   different workload, sweep points or GPU), so no change between them is judged. A
+   different configuration (model, engine flags, versions) is what is judged.
 2. **no data**: the metric is missing on a side (or the base is zero).
 3. **within threshold**: ``|candidate / base - 1|`` is at most the threshold (5% by
    default): too small to matter, whatever the noise.
@@ -420,7 +421,7 @@ def compare_metric(
     if not comparable:
         return MetricVerdict(
             m.key, m.better, vb, vc, change, None, NOT_COMPARABLE, "-",
-            "the runs' fingerprints differ: they measured different things", **common,
+            "the runs measured different workloads or hardware", **common,
         )  # fmt: skip
     notes: list[str] = []
     methods: list[str] = []

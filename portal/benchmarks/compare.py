@@ -45,6 +45,8 @@ from servebench import verdict as engine
 from servebench.compare import backend_label
 
 MAX_RUNS = 12
+# The metrics whose verdicts a comparison counts: the CLI's defaults (engine keys).
+COUNTED = frozenset(engine.parse_metric(name).key for name in engine.DEFAULT_METRICS)
 _ID = re.compile(r"^[a-z0-9]{1,40}$")
 
 
@@ -81,9 +83,7 @@ def parse_selection(
         raise SelectionError("runs", f"compare at most {MAX_RUNS} runs at once ({len(ids)} given)")
     chosen = (baseline or "").strip() or ids[0]
     if chosen not in ids:
-        raise SelectionError(
-            "reference", f"the reference run {chosen[:40]!r} is not among the runs"
-        )
+        raise SelectionError(field, f"the reference run {chosen[:40]!r} is not among the runs")
     return ids, chosen
 
 
@@ -307,12 +307,14 @@ class Comparison:
         return entries
 
     def counts(self, i: int) -> dict[str, int]:
-        """Run ``i``'s verdicts against the baseline, per verdict word, in the engine's
-        order (worse first); empty for the baseline."""
+        """Run ``i``'s verdicts against the reference, per verdict word, in the engine's
+        order (worse first); empty for the reference. Counted over the metrics
+        ``servebench compare`` judges by default (``COUNTED``), so the page, the API and
+        the CLI count the same verdicts; the per-point table judges every metric."""
         found: dict[str, int] = defaultdict(int)
         for row in self.rows:
             judgement = row.judgements[i] if row.judgements else None
-            if judgement is not None:
+            if judgement is not None and judgement.metric in COUNTED:
                 found[judgement.verdict] += 1
         return {word: found[word] for word in engine.VERDICTS if found.get(word)}
 

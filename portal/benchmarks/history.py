@@ -28,11 +28,11 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Avg, Count, F, StdDev
+from django.db.models import Avg, Count, F, OuterRef, StdDev
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
-from portal.benchmarks import baselines, queries, runview
 from portal.benchmarks import points as pts
+from portal.benchmarks import queries, runview
 from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners import fingerprint as rf
 from servebench import verdict
@@ -246,6 +246,7 @@ def history(
             "run__created_at",
             "run__config_fingerprint",
             **versions,
+            labels=queries.labels(OuterRef("run_id")),
         )
         .annotate(mean=Avg(metric), std=StdDev(metric, sample=True), n=Count("id"))
         .order_by("-run__created_at", "-run_id")[: limit + 1]
@@ -263,14 +264,12 @@ def history(
             versions={label: str(r[f"v{i}"] or "") for i, (label, _) in enumerate(VERSIONS)},
             run_pk=r["run_id"],
             configuration=r["run__config_fingerprint"] or "",
+            labels=list(r["labels"] or []),
         )
         for r in reversed(rows[:limit])
     ]
     label_changes(series)
     label_configuration_changes(series)
-    labels = baselines.labels_of([p.run_pk for p in series])
-    for p in series:
-        p.labels = labels.get(p.run_pk, [])
     return History(
         fingerprint=fingerprint,
         metric=pts.METRIC_BY_KEY[metric],

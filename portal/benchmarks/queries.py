@@ -28,12 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.postgres.expressions import ArraySubquery
 from django.core.cache import cache
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
-from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run, RunStatus
+from portal.benchmarks.models import PUBLIC_ID_LENGTH, Baseline, Measurement, Run, RunStatus
 
 # Columns the runs list never shows; leaving them out keeps list pages light.
 LIST_DEFERRED = ("spec", "errors", "timings", "executor_handle")
@@ -110,6 +111,13 @@ class AmbiguousRunId(Run.DoesNotExist):
         )
 
 
+def labels(run: OuterRef | F) -> ArraySubquery:
+    """The labels of the run ``run`` refers to, sorted, as one array column (a subquery on
+    the (run, label) unique index): pages show a run's labels without a query of their
+    own."""
+    return ArraySubquery(Baseline.objects.filter(run_id=run).order_by("label").values("label"))
+
+
 def get_visible_run(user: AbstractBaseUser | AnonymousUser, public_id: str) -> Run:
     """The run whose public id is ``public_id``, or starts with it (a unique prefix of at
     least MIN_ID_PREFIX characters), if ``user`` may read it; ``Run.DoesNotExist`` when
@@ -117,7 +125,7 @@ def get_visible_run(user: AbstractBaseUser | AnonymousUser, public_id: str) -> R
 
     A full id is one indexed lookup; a prefix is looked up among the visible runs only.
     """
-    runs = visible_runs(user).select_related("owner")
+    runs = visible_runs(user).select_related("owner").annotate(label_list=labels(OuterRef("pk")))
     if len(public_id) >= PUBLIC_ID_LENGTH:
         return runs.get(public_id=public_id)
     if len(public_id) < MIN_ID_PREFIX:
@@ -187,7 +195,12 @@ def run_list(
     runs = visible_runs(user)
     if filters is not None:
         runs = filters.apply(runs, user)
-    return runs.select_related("owner").defer(*LIST_DEFERRED).order_by("-created_at", "-id")
+    return (
+        runs.select_related("owner")
+        .defer(*LIST_DEFERRED)
+        .annotate(label_list=labels(OuterRef("pk")))
+        .order_by("-created_at", "-id")
+    )
 
 
 CHOICES_TTL_SECONDS = 60

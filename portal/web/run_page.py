@@ -235,6 +235,12 @@ def warm(run: Run) -> dict[str, Any]:
     return parts[True]
 
 
+def run_labels(run: Run) -> list[str]:
+    """The run's labels: read with the run (``queries.get_visible_run``), else one query."""
+    found = getattr(run, "label_list", None)
+    return list(found) if found is not None else baselines.labels_of([run.pk]).get(run.pk, [])
+
+
 def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
     """The run page's context (without request-specific URLs)."""
     manager = queries.may_manage(user, run)
@@ -251,7 +257,7 @@ def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
         "can_cancel": manager and not run.is_final,
         "failure_reason": sharing.failure_reason_for(user, run),
         "queue": queue_info(run),
-        "labels": baselines.labels_of([run.pk]).get(run.pk, []),
+        "labels": run_labels(run),
         "log_tail": log_tail(user, run),
         **rerun_info,
     }

@@ -128,10 +128,10 @@ def scenario(owner: Any, kind: str) -> tuple[Run, Run]:
         base = stored_run(owner, spec_for(3), [1.0], seed=3)
         scales = [1.15]
         cand_spec = spec_for(3)
-    else:  # not comparable: the re-run ran in another dtype (an edited spec, same name)
+    else:  # not comparable: the re-run measured another workload (an edited spec: its seed)
         base = stored_run(owner, spec_for(4), [1.0, 1.0], seed=4)
         scales = [1.3, 1.3]
-        cand_spec = spec_for(4, dtype="float16")
+        cand_spec = spec_for(44)
     name = f"Re-run of {base.public_id}"
     cand = stored_run(owner, cand_spec, scales, seed=99, name=name, minutes=1)
     return base, cand
@@ -196,7 +196,7 @@ def test_page_api_rerun_banner_and_cli_agree(kind, live_server, personas, cli):
     assert f'data-verdict="{headline}"' in html
     assert ('id="not-comparable"' in html) is (kind == "not comparable")
     if kind == "not comparable":
-        assert "model.dtype: bfloat16 → float16" in html
+        assert "workload.seed: 4 → 44" in html
 
     # The re-run banner: the same words, and the same outcome.
     run_page = web.get(cand.get_absolute_url())
@@ -210,7 +210,7 @@ def test_page_api_rerun_banner_and_cli_agree(kind, live_server, personas, cli):
     if kind == "regression":
         assert "Not reproduced" in banner.summary and "worse" in banner.summary
     elif kind == "not comparable":
-        assert "model.dtype: bfloat16 vs float16" in banner.summary
+        assert "workload.seed: 4 vs 44" in banner.summary
 
 
 def test_the_cli_and_the_documents_give_the_same_comparison(live_server, personas, cli):

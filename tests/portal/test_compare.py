@@ -22,7 +22,7 @@ def test_selection_comes_from_the_url_with_the_first_run_as_default_baseline() -
     for runs, baseline, field in [
         ("", None, "runs"),
         ("abc,<script>", None, "runs"),
-        ("abc,def", "xyz", "baseline"),
+        ("abc,def", "xyz", "reference"),
         (",".join(f"r{i}" for i in range(cmp.MAX_RUNS + 1)), None, "runs"),
     ]:
         with pytest.raises(cmp.SelectionError) as exc:

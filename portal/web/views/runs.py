@@ -88,10 +88,7 @@ def permalink(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 def home(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("web:run-list")
-    recent = list(queries.run_list(request.user)[:10])
-    labels = baselines.labels_of([r.pk for r in recent])
-    for run in recent:
-        run.labels = labels.get(run.pk, [])
+    recent = queries.run_list(request.user)[:10]
     return render(request, "web/home.html", {"recent": recent})
 
 
@@ -113,10 +110,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
         .annotate(best=Max("output_throughput"))
         .values_list("run_id", "best")
     )
-    labels = baselines.labels_of([r.pk for r in runs])
     for run in runs:
         run.best_output_throughput = best.get(run.pk)
-        run.labels = labels.get(run.pk, [])
     context = {
         "page": page,
         "runs": runs,
