@@ -93,16 +93,6 @@ _CONFIG_FIELDS = (
 )  # fmt: skip
 
 
-def get(env: dict[str, Any], dotted: str) -> Any:
-    """``env['a']['b']`` for 'a.b' (None when absent)."""
-    node: Any = env
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 # --------------------------------------------------------------------------- software
 
 

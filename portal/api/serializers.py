@@ -254,9 +254,7 @@ class RunDetailSerializer(RunSerializer):
         env = self.context.get("environment")
         if env is None:
             return None
-        data = dict(EnvironmentSerializer(env).data)
-        data["snapshot"] = sharing.scrub_value(data.get("snapshot") or {})
-        return data
+        return dict(EnvironmentSerializer(env).data)  # scrubbed when stored (ingestion)
 
     def to_representation(self, run: Run) -> dict[str, Any]:
         data = super().to_representation(run)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from portal.benchmarks.intake import identity
 from portal.benchmarks.models import Environment, Run
+from portal.benchmarks.sharing import scrub_value
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ def store_environment(run: Run, snapshot: dict[str, Any], fingerprint: str) -> E
     snapshot (``intake.identity``), so every stored fingerprint follows one definition;
     ``fingerprint`` (the runner's own) only serves to notice a runner that differs.
     """
+    snapshot = scrub_value(snapshot)  # credentials never reach the table (sharing)
     columns = environment_columns(snapshot)
     spec = rs.parse_spec(run.spec, stored=True)
     found = identity(spec, snapshot)

@@ -92,8 +92,10 @@ def _when(value: str | None, field: str = "at") -> datetime:
 
 
 def check_event(run: Run, event: rr.Event) -> rr.Event:
-    """The event with its text capped and its environment scrubbed of credentials, or
-    IngestRefused when a field does not fit (see ``IngestRefused``)."""
+    """The event with its text capped and scrubbed of credentials (its message and errors:
+    ``sharing.scrub_value``; its environment is scrubbed where it is stored,
+    ``environment.store_environment``), or IngestRefused when a field does not fit (see
+    ``IngestRefused``)."""
     _when(event.at, "at")
     for field in ("done", "total"):
         value = getattr(event, field)
@@ -105,11 +107,10 @@ def check_event(run: Run, event: rr.Event) -> rr.Event:
     if len(errors) > MAX_RUNNER_ERRORS:
         raise IngestRefused("errors", f"at most {MAX_RUNNER_ERRORS} errors per event")
     update: dict[str, Any] = {
-        "message": cap_text(event.message) if event.message is not None else None,
-        "errors": [{k: cap_text(v, 2_000) for k, v in e.items()} for e in errors] or None,
+        "message": scrub_value(cap_text(event.message)) if event.message is not None else None,
+        "errors": [{k: scrub_value(cap_text(v, 2_000)) for k, v in e.items()} for e in errors]
+        or None,
     }
-    if event.environment is not None:
-        update["environment"] = scrub_value(event.environment)
     return event.model_copy(update=update)
 
 
@@ -161,7 +162,16 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
     _when(m.started_at, "started_at")
     _when(m.finished_at, "finished_at")
     info = rr.PointInfo(key=point.key, **point.model_dump())
-    return m.model_copy(update={"point": info, "error": cap_text(m.error) or None})
+    return m.model_copy(
+        update={
+            "point": info,
+            # Runner text, scrubbed of credentials once, here (pages read it as stored).
+            "error": scrub_value(cap_text(m.error)) or None,
+            "conditions": scrub_value(m.conditions),
+            "commands": scrub_value(m.commands),
+            "raw": scrub_value(m.raw),
+        }
+    )
 
 
 def _search_point(run: Run, spec: rs.Spec, backend: Any, m: rr.Measurement) -> rs.Point | None:

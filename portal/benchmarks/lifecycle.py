@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.benchmarks.models import ALLOWED_FROM, Run, RunStatus
+from portal.benchmarks.sharing import scrub
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ def transition(
             f"transition to {to} is not allowed from {sorted(set(expected) - set(allowed))}"
         )
     fields.setdefault("updated_at", timezone.now())
+    if fields.get("failure_reason"):  # often a log's last lines: stored without credentials
+        fields["failure_reason"] = scrub(fields["failure_reason"])
     return Run.objects.filter(pk=run_id, status__in=expected).update(status=to, **fields) == 1
 
 

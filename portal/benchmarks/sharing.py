@@ -5,9 +5,14 @@ are the run's unguessable public id either way (``queries.run_access`` is the ru
 
 Readers who do not manage a run never see what its runner printed: failure reasons and
 measurement errors often end with the last lines of a log (paths, hosts, environment),
-so for them each is its first line, at most ``PUBLIC_REASON_CHARS`` long, with
-credentials removed. Credentials (``scheme://user:password@host``, tokens) are removed
-from every runner-supplied text and captured environment, for everyone, when stored.
+so for them each is its first line, at most ``PUBLIC_REASON_CHARS`` long.
+
+Credentials (``scheme://user:password@host``, tokens, values of keys that name a secret)
+are removed once, when text is stored (``scrub`` / ``scrub_value``: the runner's events,
+measurements and environment at ingestion, a failure reason at its transition; migration
+0008 scrubbed the rows stored before), so every reader reads stored text as it is. Text
+that is never stored, a runner's live log tail, is scrubbed as it is read
+(``portal.dispatch.runlog``).
 """
 
 from __future__ import annotations
@@ -80,7 +85,6 @@ def one_line(text: str | None, limit: int = PUBLIC_REASON_CHARS) -> str:
     if not text:
         return ""
     first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
-    first = scrub(first)
     if len(first) > limit:
         first = first[: limit - 1].rstrip() + "…"
     more = len(str(text).strip()) > len(first) and "\n" in str(text).strip()
@@ -91,7 +95,7 @@ def failure_reason_for(user: AbstractBaseUser | AnonymousUser | None, run: Run) 
     """The run's failure reason as ``user`` may see it: whole for who manages the run,
     one line for everyone else."""
     if queries.may_manage(user, run):
-        return scrub(run.failure_reason)
+        return run.failure_reason
     return one_line(run.failure_reason)
 
 
@@ -99,15 +103,15 @@ def error_for(manager: bool, text: str | None) -> str:
     """A runner's error text as a reader sees it (``manager``: may manage the run)."""
     if not text:
         return text or ""
-    return scrub(text) if manager else one_line(text)
+    return text if manager else one_line(text)
 
 
 def document_for(user: AbstractBaseUser | AnonymousUser | None, run: Run, doc: dict) -> dict:
     """A result document (``documents.result_document``) as ``user`` may see it: for who
-    does not manage the run, errors are one line each and the environment is scrubbed."""
+    does not manage the run, errors are one line each (credentials were removed when the
+    document's parts were stored)."""
     manager = queries.may_manage(user, run)
     doc = dict(doc)
-    doc["environment"] = scrub_value(doc.get("environment") or {})
     doc["errors"] = [
         {**e, "message": error_for(manager, e.get("message"))} if isinstance(e, dict) else e
         for e in doc.get("errors") or []

@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import Any
 
-from portal.benchmarks import commands, sharing
+from portal.benchmarks import commands
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Measurement, Run
 from portal.benchmarks.points import PointStats, RunResults
@@ -136,8 +136,8 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
             "hf": kind in pts.BASELINE_KINDS,
             "point_key": point_key,
             "repeat": repeat,
-            # Runner-supplied text: shown with credentials scrubbed, like its errors.
-            "reasons": [sharing.scrub(str(r)) for r in (cond or {}).get("reasons") or []],
+            # Runner-supplied text, scrubbed of credentials when it was stored.
+            "reasons": [str(r) for r in (cond or {}).get("reasons") or []],
         }
         for backend, kind, point_key, repeat, cond in rows
     ]

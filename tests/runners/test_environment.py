@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from runners.envfacts import lookup as get
 from runners.environment import (
     REQUIRED_FIELDS,
     capture,
-    get,
     local_model_hash,
     relevant_env,
 )
