@@ -48,6 +48,16 @@ Variables (default in brackets):
     SERVEBENCH_K8S_API_ATTEMPTS: tries for transient API errors [4]
   - SERVEBENCH_K8S_START_GRACE_SECONDS: how long a Pod may fail to pull its image or
     create its container before the run fails [120]
+  - GPU cluster placement (docs/kubernetes.md): SERVEBENCH_K8S_KUEUE_QUEUE: Kueue
+    LocalQueue of runs whose spec names none; Jobs are created suspended for Kueue [none];
+    SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES: other queues a spec's resources.queue may choose
+    [none]; SERVEBENCH_K8S_KUEUE_USER_QUEUES: ``USER=QUEUE,...``, pinned per user [none];
+    SERVEBENCH_K8S_PRIORITY_CLASS, SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES: the Pod's
+    priorityClassName and those resources.priority_class may choose [none];
+    SERVEBENCH_K8S_RUNTIME_CLASS: runtimeClassName of Pods that ask for a GPU [none];
+    SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES: extended resources resources.gpu_resource may
+    choose besides SERVEBENCH_K8S_GPU_RESOURCE [none]; SERVEBENCH_K8S_SHM_PER_GPU,
+    SERVEBENCH_K8S_SHM_MAX: /dev/shm per GPU of the largest server, and its cap [none]
 - SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
 - SERVEBENCH_LOCAL_SLOTS: runners the local executor runs at once; the rest wait in the
   queue, first come first served [1: a benchmark owns the machine]
@@ -110,6 +120,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.lib import env
+from runners.spec.resources import PlacementKind, placement_name_problem, quantity_bytes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -236,6 +247,103 @@ SERVEBENCH_K8S_START_GRACE_SECONDS = env.integer(
 )
 
 # ----- Kubernetes executor: end
+
+# ----- GPU cluster placement of runner Jobs (portal/dispatch/kubejob.py; what specs may
+# choose: portal/benchmarks/policy.py, placement rules; docs/kubernetes.md): begin
+# Each name is checked here in the format Kubernetes takes (runners.spec.resources), so a
+# typo stops the portal at start-up instead of failing every Job.
+
+
+def _k8s_name(name: str, kind: PlacementKind, default: str = "") -> str:
+    value = env.string(name, default).strip()
+    problem = placement_name_problem(kind, value) if value else None
+    if problem:
+        raise ImproperlyConfigured(f"{name}: {problem}")
+    return value
+
+
+def _k8s_names(name: str, kind: PlacementKind) -> list[str]:
+    values = env.strings(name, [])
+    for value in values:
+        problem = placement_name_problem(kind, value)
+        if problem:
+            raise ImproperlyConfigured(f"{name}: {problem}")
+    return values
+
+
+def _k8s_size(name: str, default: str = "") -> str:
+    value = env.string(name, default).strip()
+    if value:
+        try:
+            quantity_bytes(value)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return value
+
+
+def _k8s_user_queues(name: str) -> dict[str, str]:
+    """``USER=QUEUE,USER=QUEUE`` (Django user names) -> {user: queue}."""
+    mapping: dict[str, str] = {}
+    for entry in env.strings(name, []):
+        user, sep, queue = entry.rpartition("=")
+        problem = placement_name_problem("queue", queue.strip()) if sep else None
+        if not sep or not user.strip() or problem:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not USER=QUEUE with a Kueue LocalQueue name "
+                f"(e.g. alice=team-a){'; ' + problem if problem else ''}"
+            )
+        mapping[user.strip()] = queue.strip()
+    return mapping
+
+
+# Kueue: the LocalQueue (label kueue.x-k8s.io/queue-name) of runs whose spec names none;
+# set, every runner Job is created suspended for Kueue to admit [none: no Kueue].
+SERVEBENCH_K8S_KUEUE_QUEUE = _k8s_name("SERVEBENCH_K8S_KUEUE_QUEUE", "queue")
+# Other queues a spec's resources.queue may choose [none: the admin's queue is pinned].
+SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES = _k8s_names("SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES", "queue")
+# USER=QUEUE: that user's runs always go to that queue (pinned: a spec naming another is
+# refused), e.g. each team's quota [none].
+SERVEBENCH_K8S_KUEUE_USER_QUEUES = _k8s_user_queues("SERVEBENCH_K8S_KUEUE_USER_QUEUES")
+if (
+    SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES or SERVEBENCH_K8S_KUEUE_USER_QUEUES
+) and not SERVEBENCH_K8S_KUEUE_QUEUE:
+    raise ImproperlyConfigured(
+        "SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES / SERVEBENCH_K8S_KUEUE_USER_QUEUES need "
+        "SERVEBENCH_K8S_KUEUE_QUEUE, the queue of every other run (else those would bypass "
+        "Kueue); set it, e.g. SERVEBENCH_K8S_KUEUE_QUEUE=benchmarks"
+    )
+# The runner Pod's priorityClassName when a spec names none [none: the cluster's
+# globalDefault]; the classes a spec's resources.priority_class may choose [none].
+SERVEBENCH_K8S_PRIORITY_CLASS = _k8s_name("SERVEBENCH_K8S_PRIORITY_CLASS", "priority_class")
+SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES = _k8s_names(
+    "SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES", "priority_class"
+)
+# The runner Pod's runtimeClassName when it asks for a GPU (e.g. nvidia, where the NVIDIA
+# container runtime is not the node's default) [none]. Admin only.
+SERVEBENCH_K8S_RUNTIME_CLASS = _k8s_name("SERVEBENCH_K8S_RUNTIME_CLASS", "runtime_class")
+# SERVEBENCH_K8S_GPU_RESOURCE (above) checked; the other extended resources a spec's
+# resources.gpu_resource may choose (MIG slices: nvidia.com/mig-1g.10gb...) [none].
+_k8s_name("SERVEBENCH_K8S_GPU_RESOURCE", "gpu_resource", SERVEBENCH_K8S_GPU_RESOURCE)
+SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES = _k8s_names(
+    "SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES", "gpu_resource"
+)
+# /dev/shm (memory-backed, counted against the runner's memory limit): SERVEBENCH_K8S_SHM_SIZE
+# (above) for every run, raised to SERVEBENCH_K8S_SHM_PER_GPU x the GPUs of the run's
+# largest server (tensor x pipeline x data parallel), never above SERVEBENCH_K8S_SHM_MAX
+# [none of them: no size limit].
+_k8s_size("SERVEBENCH_K8S_SHM_SIZE")
+SERVEBENCH_K8S_SHM_PER_GPU = _k8s_size("SERVEBENCH_K8S_SHM_PER_GPU")
+SERVEBENCH_K8S_SHM_MAX = _k8s_size("SERVEBENCH_K8S_SHM_MAX")
+if (
+    SERVEBENCH_K8S_SHM_MAX
+    and SERVEBENCH_K8S_SHM_SIZE
+    and quantity_bytes(SERVEBENCH_K8S_SHM_SIZE) > quantity_bytes(SERVEBENCH_K8S_SHM_MAX)
+):
+    raise ImproperlyConfigured(
+        f"SERVEBENCH_K8S_SHM_SIZE={SERVEBENCH_K8S_SHM_SIZE} is above "
+        f"SERVEBENCH_K8S_SHM_MAX={SERVEBENCH_K8S_SHM_MAX}; raise the cap or lower the size"
+    )
+# ----- GPU cluster placement of runner Jobs: end
 
 SERVEBENCH_RUNNER_PYTHON = env.string("SERVEBENCH_RUNNER_PYTHON", sys.executable)
 SERVEBENCH_LOCAL_SLOTS = env.integer("SERVEBENCH_LOCAL_SLOTS", 1, minimum=1)

@@ -14,6 +14,9 @@ rules, from settings an admin sets (``portal/settings.py``):
 - ``resources.gpu_type`` one of SERVEBENCH_GPU_TYPES (the cluster's node label values).
 - ``resources.node_selector`` keys among SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS, and
   never one the admin's SERVEBENCH_K8S_NODE_SELECTOR sets (the admin's placement wins).
+- ``resources.queue`` (Kueue), ``resources.priority_class`` and ``resources.gpu_resource``
+  among the values the admin allows (``placement_errors``); the Job builder
+  (``portal.dispatch.kubejob``) picks each one with the same ``admin_choice``.
 - An endpoint backend's ``base_url`` host among SERVEBENCH_ENDPOINT_HOSTS (a runner sends
   load, and maybe a key, there); its ``api_key`` only from a variable in
   SERVEBENCH_ENDPOINT_KEY_ENVS (local executor) or a Secret in
@@ -176,6 +179,7 @@ def check(spec: rs.Spec, user: Any) -> None:
     attempt(_check_gpu_type, spec.resources)
     for key in spec.resources.node_selector:
         attempt(_check_node_selector_key, key)
+    errors.extend(placement_errors(spec.resources, user))
     if forbidden:
         raise SpecForbidden(forbidden + errors)
     if errors:
@@ -324,3 +328,89 @@ def form_choices() -> dict[str, list[str]]:
         "gpu_types": list(settings.SERVEBENCH_GPU_TYPES),
         "node_selector_keys": sorted(settings.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS),
     }
+
+
+# --------------------------------------------------------------------------- placement
+# What a spec may choose of its Job's cluster placement (issue 28): the Kueue queue, the
+# PriorityClass and the GPU's extended resource name. The admin sets a default, may allow
+# more (a spec then picks one), and may pin a user's queue (SERVEBENCH_K8S_KUEUE_USER_QUEUES).
+
+
+def admin_choice(asked: str | None, default: str, allowed: list[str], pinned: str = "") -> str:
+    """The value a run gets: ``pinned`` when the admin pinned one; else what the spec
+    ``asked`` for when it is the ``default`` or ``allowed``; else the ``default`` ("" =
+    none). Submission refuses a spec whose ask this overrides (``placement_errors``); the
+    Job builder calls it too, so runs stored before a setting changed follow the admin."""
+    if pinned:
+        return pinned
+    if asked and (asked == default or asked in allowed):
+        return asked
+    return default
+
+
+def user_queue(user: Any) -> str:
+    """The Kueue queue the admin pinned for ``user`` (SERVEBENCH_K8S_KUEUE_USER_QUEUES)."""
+    name = getattr(user, "username", "") or ""
+    return dict(settings.SERVEBENCH_K8S_KUEUE_USER_QUEUES).get(name, "")
+
+
+def _placement_refusal(
+    field: str, asked: str, default: str, allowed: list[str], pinned: str, what: str, names: str
+) -> dict[str, str] | None:
+    if admin_choice(asked, default, allowed, pinned) == asked:
+        return None
+    if pinned:
+        message = (
+            f"your runs go to the {what} {pinned!r} here ({names}); leave {field} out or "
+            "name that one"
+        )
+    else:
+        choices = [v for v in [default, *allowed] if v]
+        listed = ", ".join(dict.fromkeys(choices)) or "none"
+        message = f"{what} {asked!r} is not one a spec may choose here (allowed: {listed}; {names})"
+        if not choices:
+            message += f"; leave {field} out"
+    return {"field": field, "message": message}
+
+
+def placement_errors(resources: rs.Resources, user: Any) -> list[dict[str, str]]:
+    """One error per placement field the spec sets to a value the admin does not allow,
+    each naming the field, the allowed values and the settings that allow them."""
+    s = settings
+    checks = [
+        (
+            "resources.queue",
+            resources.queue,
+            s.SERVEBENCH_K8S_KUEUE_QUEUE,
+            list(s.SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES),
+            user_queue(user),
+            "Kueue queue",
+            "SERVEBENCH_K8S_KUEUE_QUEUE, SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES"
+            + (", SERVEBENCH_K8S_KUEUE_USER_QUEUES" if user_queue(user) else ""),
+        ),
+        (
+            "resources.priority_class",
+            resources.priority_class,
+            s.SERVEBENCH_K8S_PRIORITY_CLASS,
+            list(s.SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES),
+            "",
+            "PriorityClass",
+            "SERVEBENCH_K8S_PRIORITY_CLASS, SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES",
+        ),
+        (
+            "resources.gpu_resource",
+            resources.gpu_resource,
+            s.SERVEBENCH_K8S_GPU_RESOURCE,
+            list(s.SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES),
+            "",
+            "GPU resource",
+            "SERVEBENCH_K8S_GPU_RESOURCE, SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES",
+        ),
+    ]
+    errors = []
+    for field, asked, default, allowed, pinned, what, names in checks:
+        if asked is not None:
+            refusal = _placement_refusal(field, asked, default, allowed, pinned, what, names)
+            if refusal is not None:
+                errors.append(refusal)
+    return errors

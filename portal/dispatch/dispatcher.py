@@ -27,10 +27,11 @@ server. Slots are filled on submit, when a run ends, after a cancel, and by reco
 - ``dispatch_run(run_id)``: claim and start ``run_id`` (or, with slots, the head of the
   queue), or resume a claimed run that was never started.
 - ``reconcile()``: every beat period, for every state: re-sends dispatch for queued runs
-  whose message was lost, resumes claimed runs that never started, fails active runs past
-  their deadline (and stops them) or whose runner ended without reporting (with the exit
-  code and the last lines of its log), stops runners of cancelled runs, frees and fills
-  slots.
+  whose message was lost, resumes claimed runs that never started, keeps the deadline of
+  runs waiting in the cluster's queue (Kueue) ``timeout_minutes`` away (``hold_deadline``),
+  fails active runs past their deadline (and stops them) or whose runner ended without
+  reporting (with the exit code and the last lines of its log), stops runners of cancelled
+  runs, frees and fills slots.
 - ``stop_run(run_id)``: stop the executor of a run that has ended (after cancel).
 
 None of these waits for a benchmark.
@@ -356,6 +357,8 @@ def _reconcile_active(run: Run, now: datetime, stale: datetime, report: Reconcil
             state = executor.status(handle)
         except ExecutorError:
             state = None
+        if state is not None and hold_deadline(run, state, now):
+            return
         if state is not None and state.state in (ExecutorState.PENDING, ExecutorState.NOT_STARTED):
             why = state.reason or "the runner never started"
             reason = (
@@ -368,6 +371,8 @@ def _reconcile_active(run: Run, now: datetime, stale: datetime, report: Reconcil
             executor.cancel(handle)
         return
     status = executor.status(handle)
+    if hold_deadline(run, status, now):
+        return
     if status.state == ExecutorState.NOT_STARTED:
         if run.status == RunStatus.RUNNING:
             # It reported "started", so a runner existed: the executor has lost it.
@@ -385,6 +390,21 @@ def _reconcile_active(run: Run, now: datetime, stale: datetime, report: Reconcil
     if _fail(run, reason):
         report.lost.append(run.public_id)
         log.info("reconcile: %s", reason.splitlines()[0])
+
+
+def hold_deadline(run: Run, status: ExecutorStatus, now: datetime) -> bool:
+    """While the runner of a dispatched run waits for the cluster's queue to admit it
+    (``status.queued_in``: Kueue), that time does not count, as it does not against the
+    Job's own deadline: the run's deadline (and its token's expiry) stay
+    ``timeout_minutes`` away. True when the run is waiting so (nothing else to do)."""
+    if not status.queued_in or run.status != RunStatus.DISPATCHED:
+        return False
+    deadline = deadline_for(run, now)
+    Run.objects.filter(pk=run.pk, status=RunStatus.DISPATCHED).update(deadline=deadline)
+    ApiToken.objects.filter(run=run, kind=ApiToken.Kind.RUN, revoked_at__isnull=True).update(
+        expires_at=deadline + TOKEN_GRACE
+    )
+    return True
 
 
 def _lost_reason(status: ExecutorStatus, log_tail: str) -> str:

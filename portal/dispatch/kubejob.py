@@ -14,20 +14,30 @@ What the Job looks like, and why:
   token as ``SERVEBENCH_RUN_TOKEN`` through ``secretKeyRef`` (never in args or a literal
   env value, which ``kubectl describe`` prints). The Secret is owned by the Job
   (``ownerReferences``), so the garbage collector deletes it with the Job.
-- GPUs as a limit of the configured extended resource (``nvidia.com/gpu``), written as a
-  string quantity; none when every backend is an endpoint (a deployed server: the runner
-  starts none, it only sends requests). An endpoint's API key Secret
-  (``api_key.secret``) becomes the variable the runner reads it from
-  (``EndpointBackend.key_env()``), optional so a missing Secret fails its points with a
-  reason instead of keeping the Pod from starting. CPU and memory requests from the
+- GPUs as a limit of the configured extended resource (``nvidia.com/gpu``; a spec's
+  ``resources.gpu_resource`` among the admin's allowed ones: a MIG slice
+  ``nvidia.com/mig-1g.10gb``, ``amd.com/gpu``), written as a string quantity; none when
+  every backend is an endpoint (a deployed server: the runner starts none, it only sends
+  requests) or ``gpu_count`` is 0, and then no ``runtimeClassName`` either. An
+  endpoint's API key Secret (``api_key.secret``) becomes the variable the runner reads it
+  from (``EndpointBackend.key_env()``), optional so a missing Secret fails its points with
+  a reason instead of keeping the Pod from starting. CPU and memory requests from the
   spec's resources or the settings; the memory limit equals the request, so a runaway
   process is OOMKilled (a reason the portal can name) instead of starving its neighbours.
 - ``nodeSelector``: the spec's ``resources.node_selector`` (only the keys the admin allows,
   SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS) and ``resources.gpu_type`` as the value of the
   configured GPU label, then the settings' selector over them: the admin's placement
   always wins. Tolerations and affinity from the settings.
-- ``/dev/shm``: a memory-backed emptyDir (vLLM and NCCL need more than the 64 MB default).
-  The Hugging Face cache from a PVC when configured, so weights download once per cluster.
+- Cluster placement the admin sets (``placement``; a spec may choose among allowed values,
+  ``portal.benchmarks.policy.admin_choice`` decides, so the admin's values win): the Kueue
+  label ``kueue.x-k8s.io/queue-name`` on the Job, which is then created suspended
+  (``spec.suspend``) for Kueue to admit (a server without the field, before 1.21, drops it
+  and runs the Job at once); ``priorityClassName``; ``runtimeClassName`` (e.g. ``nvidia``)
+  on Pods that ask for a GPU.
+- ``/dev/shm``: a memory-backed emptyDir (vLLM and NCCL need more than the 64 MB default),
+  sized by ``shm_size``: the admin's size, raised to a size per GPU of the run's largest
+  server (tensor x pipeline x data parallel), never above the admin's cap.
+- The Hugging Face cache from a PVC when configured, so weights download once per cluster.
 - ``backoffLimit: 0`` and ``restartPolicy: Never``: a benchmark that failed is a result,
   not something to retry silently on a maybe-different node. ``activeDeadlineSeconds``
   from ``resources.timeout_minutes``; ``ttlSecondsAfterFinished`` cleans up (the portal
@@ -49,8 +59,10 @@ from typing import Any
 from django.conf import settings
 from kubernetes import client
 
+from portal.benchmarks.policy import admin_choice
 from portal.dispatch.executors.base import ExecutorError
 from runners import spec as rs
+from runners.spec.resources import format_bytes, quantity_bytes
 
 CONTAINER = "runner"
 SPEC_DIR = "/spec"
@@ -59,6 +71,8 @@ WORK_DIR = "/work"
 SECRET_SPEC_KEY = SPEC_FILE
 SECRET_TOKEN_KEY = "run-token"  # noqa: S105 (the key's name, not a secret)
 RUN_LABEL = "servebench.dev/run"
+# Kueue's label naming the LocalQueue a Job waits in (on the Job only, not its Pod/Secret).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NAME_PREFIX = "servebench-run-"
 
 LABELS = {
@@ -103,6 +117,15 @@ class RunnerConfig:
     cpu_request: str = "4"
     memory_request: str = "32Gi"
     shm_size: str = ""
+    shm_per_gpu: str = ""
+    shm_max: str = ""
+    kueue_queue: str = ""
+    kueue_allowed_queues: tuple[str, ...] = ()
+    kueue_user_queues: dict[str, str] = field(default_factory=dict)
+    priority_class: str = ""
+    allowed_priority_classes: tuple[str, ...] = ()
+    runtime_class: str = ""
+    allowed_gpu_resources: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     allowed_node_selector_keys: tuple[str, ...] = ()
     tolerations: list[dict[str, Any]] = field(default_factory=list)
@@ -128,6 +151,15 @@ class RunnerConfig:
             cpu_request=s.SERVEBENCH_K8S_CPU_REQUEST,
             memory_request=s.SERVEBENCH_K8S_MEMORY_REQUEST,
             shm_size=s.SERVEBENCH_K8S_SHM_SIZE,
+            shm_per_gpu=s.SERVEBENCH_K8S_SHM_PER_GPU,
+            shm_max=s.SERVEBENCH_K8S_SHM_MAX,
+            kueue_queue=s.SERVEBENCH_K8S_KUEUE_QUEUE,
+            kueue_allowed_queues=tuple(s.SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES),
+            kueue_user_queues=dict(s.SERVEBENCH_K8S_KUEUE_USER_QUEUES),
+            priority_class=s.SERVEBENCH_K8S_PRIORITY_CLASS,
+            allowed_priority_classes=tuple(s.SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES),
+            runtime_class=s.SERVEBENCH_K8S_RUNTIME_CLASS,
+            allowed_gpu_resources=tuple(s.SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES),
             node_selector=dict(s.SERVEBENCH_K8S_NODE_SELECTOR),
             allowed_node_selector_keys=tuple(s.SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS),
             tolerations=list(s.SERVEBENCH_K8S_TOLERATIONS),
@@ -192,6 +224,63 @@ def node_selector(resources: dict[str, Any], cfg: RunnerConfig) -> dict[str, str
     return selector
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What the admin (and, where allowed, the spec) decided about where a Job runs."""
+
+    queue: str  # Kueue LocalQueue, "" = not queued by Kueue
+    priority_class: str  # "" = the cluster's default
+    gpu_resource: str  # the extended resource the GPUs are asked as
+
+
+def placement(resources: dict[str, Any], owner: str, cfg: RunnerConfig) -> Placement:
+    """The spec's choices where the admin allows them, the admin's values otherwise; a
+    queue the admin pinned for ``owner`` (a user name) always wins."""
+    return Placement(
+        queue=admin_choice(
+            resources.get("queue"),
+            cfg.kueue_queue,
+            list(cfg.kueue_allowed_queues),
+            cfg.kueue_user_queues.get(owner, ""),
+        ),
+        priority_class=admin_choice(
+            resources.get("priority_class"), cfg.priority_class, list(cfg.allowed_priority_classes)
+        ),
+        gpu_resource=admin_choice(
+            resources.get("gpu_resource"), cfg.gpu_resource, list(cfg.allowed_gpu_resources)
+        ),
+    )
+
+
+def gpus_per_server(spec: dict[str, Any]) -> int:
+    """GPUs the run's largest server uses (tensor x pipeline x data parallel of its vLLM
+    backends), 1 when it starts none (an HF baseline is one process)."""
+    sizes = [1]
+    for item in spec.get("backends") or []:
+        if isinstance(item, dict) and item.get("kind") == "vllm":
+            try:
+                sizes.append(rs.VLLMBackend.model_validate(item).gpus_per_server)
+            except ValueError:
+                continue
+    return max(sizes)
+
+
+def shm_size(spec: dict[str, Any], gpus: int, cfg: RunnerConfig) -> str:
+    """The /dev/shm size limit: the admin's size (SERVEBENCH_K8S_SHM_SIZE), raised to
+    SERVEBENCH_K8S_SHM_PER_GPU x ``gpus_per_server`` for a run with GPUs, capped at
+    SERVEBENCH_K8S_SHM_MAX; "" (no limit) when none of them is set."""
+    sizes = []  # (bytes, as written)
+    if cfg.shm_size:
+        sizes.append((quantity_bytes(cfg.shm_size), cfg.shm_size))
+    if cfg.shm_per_gpu and gpus > 0:
+        size = quantity_bytes(cfg.shm_per_gpu) * min(gpus_per_server(spec), gpus)
+        sizes.append((size, format_bytes(size)))
+    if cfg.shm_max:
+        cap = (quantity_bytes(cfg.shm_max), cfg.shm_max)
+        return min(max(sizes), cap)[1] if sizes else cap[1]
+    return max(sizes)[1] if sizes else ""
+
+
 def endpoint_backends(spec: dict[str, Any]) -> list[rs.EndpointBackend]:
     """The spec's endpoint backends (stored specs are valid; anything else is skipped)."""
     out = []
@@ -210,9 +299,11 @@ def build_job(
     report_url: str,
     cfg: RunnerConfig,
     permalink: str = "",
+    owner: str = "",
 ) -> client.V1Job:
-    """The Job for one run (see the module docstring). Raises ExecutorError when the spec
-    and the settings cannot make a runnable Job (no image, too many GPUs)."""
+    """The Job for one run of user ``owner`` (see the module docstring). Raises
+    ExecutorError when the spec and the settings cannot make a runnable Job (no image, too
+    many GPUs)."""
     resources = spec.get("resources") or {}
     image = resources.get("image") or cfg.image
     if not image:
@@ -233,6 +324,7 @@ def build_job(
     timeout_minutes = int(resources.get("timeout_minutes", 180))
     name = job_name(public_id)
     labels = run_labels(public_id)
+    place = placement(resources, owner, cfg)
 
     requests = {
         "cpu": str(resources.get("cpu") or cfg.cpu_request),
@@ -240,7 +332,7 @@ def build_job(
     }
     limits = {"memory": requests["memory"]}
     if gpus > 0:
-        limits[cfg.gpu_resource] = str(gpus)  # a string: 1.20's apply rejects a bare int
+        limits[place.gpu_resource] = str(gpus)  # a string: 1.20's apply rejects a bare int
 
     env = [
         _env("PYTHONUNBUFFERED", "1"),
@@ -276,7 +368,7 @@ def build_job(
         client.V1Volume(
             name="dshm",
             empty_dir=client.V1EmptyDirVolumeSource(
-                medium="Memory", size_limit=cfg.shm_size or None
+                medium="Memory", size_limit=shm_size(spec, gpus, cfg) or None
             ),
         ),
     ]
@@ -317,6 +409,8 @@ def build_job(
         image_pull_secrets=[client.V1LocalObjectReference(name=n) for n in cfg.image_pull_secrets]
         or None,
         service_account_name=cfg.service_account or None,
+        priority_class_name=place.priority_class or None,
+        runtime_class_name=(cfg.runtime_class or None) if gpus > 0 else None,
         automount_service_account_token=False,
         enable_service_links=False,  # thousands of env vars from Services help nobody here
         # vLLM's engine processes outlive their parent's wait when the server is stopped;
@@ -325,11 +419,15 @@ def build_job(
         share_process_namespace=True,
     )
     annotations = {"servebench.dev/permalink": permalink} if permalink else None
+    job_labels = {**labels, QUEUE_LABEL: place.queue} if place.queue else labels
     return client.V1Job(
         api_version="batch/v1",
         kind="Job",
-        metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
+        metadata=client.V1ObjectMeta(name=name, labels=job_labels, annotations=annotations),
         spec=client.V1JobSpec(
+            # Kueue admits (unsuspends) it when its queue has quota; the Job's deadline
+            # counts from then (Kubernetes resets startTime when a Job is resumed).
+            suspend=True if place.queue else None,
             backoff_limit=0,
             completions=1,
             parallelism=1,
@@ -352,7 +450,7 @@ def build_secret(job: client.V1Job, spec: dict[str, Any], token: str) -> client.
         type="Opaque",
         metadata=client.V1ObjectMeta(
             name=meta.name,
-            labels=dict(meta.labels or {}),
+            labels={k: v for k, v in (meta.labels or {}).items() if k != QUEUE_LABEL},
             owner_references=[
                 client.V1OwnerReference(
                     api_version="batch/v1", kind="Job", name=meta.name, uid=meta.uid

@@ -97,6 +97,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
+{{/* runner.kueue.userQueueNames as USER=QUEUE,... (SERVEBENCH_K8S_KUEUE_USER_QUEUES). */}}
+{{- define "servebench.userQueues" -}}
+{{- $pairs := list }}
+{{- range $user, $queue := .Values.runner.kueue.userQueueNames }}
+{{- $pairs = append $pairs (printf "%s=%s" $user $queue) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
 {{/* The samples PVC's name (samples.storage filesystem), else empty. */}}
 {{- define "servebench.samplesClaim" -}}
 {{- if eq .Values.samples.storage "filesystem" }}
@@ -172,6 +181,15 @@ SERVEBENCH_K8S_MAX_GPUS: {{ $runner.gpu.maxCount | quote }}
 SERVEBENCH_K8S_CPU_REQUEST: {{ $runner.resources.cpu | quote }}
 SERVEBENCH_K8S_MEMORY_REQUEST: {{ $runner.resources.memory | quote }}
 SERVEBENCH_K8S_SHM_SIZE: {{ $runner.shmSize | quote }}
+SERVEBENCH_K8S_SHM_PER_GPU: {{ $runner.shmSizePerGpu | quote }}
+SERVEBENCH_K8S_SHM_MAX: {{ $runner.shmSizeMax | quote }}
+SERVEBENCH_K8S_ALLOWED_GPU_RESOURCES: {{ join "," $runner.gpu.allowedResourceNames | quote }}
+SERVEBENCH_K8S_KUEUE_QUEUE: {{ $runner.kueue.queueName | quote }}
+SERVEBENCH_K8S_KUEUE_ALLOWED_QUEUES: {{ join "," $runner.kueue.allowedQueueNames | quote }}
+SERVEBENCH_K8S_KUEUE_USER_QUEUES: {{ include "servebench.userQueues" . | quote }}
+SERVEBENCH_K8S_PRIORITY_CLASS: {{ $runner.priorityClassName | quote }}
+SERVEBENCH_K8S_ALLOWED_PRIORITY_CLASSES: {{ join "," $runner.allowedPriorityClassNames | quote }}
+SERVEBENCH_K8S_RUNTIME_CLASS: {{ $runner.runtimeClassName | quote }}
 SERVEBENCH_K8S_NODE_SELECTOR: {{ $runner.nodeSelector | toJson | quote }}
 SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS: {{ join "," $runner.allowedNodeSelectorKeys | quote }}
 SERVEBENCH_GPU_TYPES: {{ join "," $runner.gpu.types | quote }}

@@ -17,7 +17,8 @@ process, with nothing but the JSON ``handle`` (stored on the Run):
   running yet: pulling an image, waiting for a GPU), ``running``, ``succeeded`` /
   ``failed`` (the runner process ended with that exit status), or ``gone`` (it was
   started, and nothing is left to ask). ``reason`` says why in words; ``exit_code`` when
-  known.
+  known; ``queued_in`` names the cluster queue a pending runner waits to be admitted to
+  (Kueue), time that does not count against the run's deadline.
 - ``cancel(handle)``: stop it and everything it started; idempotent.
 - ``logs(handle, tail) -> str``: the last ``tail`` lines of the runner's output.
 - ``slots``: how many runners may run at once (``None``: the executor's own scheduler
@@ -64,6 +65,7 @@ class ExecutorStatus:
     state: ExecutorState
     reason: str = ""
     exit_code: int | None = None
+    queued_in: str = ""
 
     @property
     def ended(self) -> bool:

@@ -8,7 +8,10 @@ when needed, so any worker or web process can answer for any run.
   submitted it: we adopt that Job and (re)write its Secret with the current token, because
   the earlier attempt's token was revoked when that attempt failed.
 - ``status``: from the Job's conditions and its Pod, each ending a distinct sentence:
-  waiting for a GPU (the scheduler's message), image pull failed, out of memory, exit code
+  waiting for Kueue admission (a suspended Job with Kueue's queue label: pending, with
+  ``queued_in`` set, so reconcile holds the run's deadline: the Job's own
+  ``activeDeadlineSeconds`` does not count suspended time either), waiting for a GPU (the
+  scheduler's message), image pull failed, out of memory, exit code
   with the container's termination message in the log tail, deadline exceeded, evicted,
   the Job was deleted. A Pod that can never start by itself (its image cannot be pulled,
   its container cannot be created) is reported as ``failed`` once it has been stuck for
@@ -150,7 +153,9 @@ class KubernetesExecutor(Executor):
             if self.runner.report_base_url
             else report_url(run)
         )
-        job = kubejob.build_job(run.public_id, run.spec, url, self.runner, permalink)
+        job = kubejob.build_job(
+            run.public_id, run.spec, url, self.runner, permalink, owner=run.owner.get_username()
+        )
         name = job.metadata.name
         try:
             created = kube.call(
@@ -302,6 +307,10 @@ class KubernetesExecutor(Executor):
         finished = _finished_condition(job)
         if finished is not None and finished.type == "Complete":
             return ExecutorStatus(ExecutorState.SUCCEEDED, exit_code=0)
+        if finished is None:
+            waiting = admission_wait(job)
+            if waiting is not None:
+                return waiting
         pods = self._pods(ns, handle)
         pod = pods[-1] if pods else None
         if finished is not None:  # Failed
@@ -353,7 +362,8 @@ class KubernetesExecutor(Executor):
         scheduled = _condition(pod, "PodScheduled")
         if scheduled is not None and scheduled.status == "False":
             if scheduled.reason == "Unschedulable":
-                wants_gpu = self.runner.gpu_resource in _limits(pod)
+                gpu_names = {self.runner.gpu_resource, *self.runner.allowed_gpu_resources}
+                wants_gpu = bool(gpu_names & set(_limits(pod)))
                 what = "a GPU" if wants_gpu else "a node"
                 return ExecutorStatus(
                     ExecutorState.PENDING,
@@ -519,6 +529,29 @@ class KubernetesExecutor(Executor):
 
 
 # --------------------------------------------------------------------------- reading objects
+
+
+def admission_wait(job: client.V1Job) -> ExecutorStatus | None:
+    """Pending, with the reason, while the Job is suspended (``spec.suspend``): with Kueue's
+    queue label it waits for Kueue to admit it (``queued_in`` names the queue; also after a
+    preemption put it back); without, someone suspended it. None when it is not."""
+    if job.spec is None or not job.spec.suspend:
+        return None
+    ns, name = job.metadata.namespace, job.metadata.name
+    queue = (job.metadata.labels or {}).get(kubejob.QUEUE_LABEL)
+    if queue:
+        return ExecutorStatus(
+            ExecutorState.PENDING,
+            reason=(
+                f"waiting for Kueue admission in queue {queue} (the Job stays suspended until "
+                f"its queue has quota; `kubectl get workloads -n {ns}` says why it waits)"
+            ),
+            queued_in=queue,
+        )
+    return ExecutorStatus(
+        ExecutorState.PENDING,
+        reason=f"the Job {ns}/{name} is suspended (spec.suspend); it starts when resumed",
+    )
 
 
 def _finished_condition(job: client.V1Job) -> client.V1JobCondition | None:
