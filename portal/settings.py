@@ -110,6 +110,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.lib import env
+from runners import credentials
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -296,8 +297,22 @@ for _host in SERVEBENCH_ENDPOINT_HOSTS:
 # Where endpoint API keys may come from: environment variables of the runner
 # (api_key.env; the local executor passes the worker's, minus names that look secret:
 # *_KEY, *_TOKEN...) and Kubernetes Secrets in the runners' namespace (api_key.secret)
-# [none]. Only these: a spec must not send another credential to an endpoint.
+# [none]. Only these: a spec must not send another credential to an endpoint. A variable
+# that holds one of our own credentials (HF_TOKEN, SECRET_KEY, SERVEBENCH_*, AWS_*...:
+# runners.credentials) is never one, whatever this list says: naming it fails here.
 SERVEBENCH_ENDPOINT_KEY_ENVS = env.strings("SERVEBENCH_ENDPOINT_KEY_ENVS", [])
+for _name in SERVEBENCH_ENDPOINT_KEY_ENVS:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", _name):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_ENDPOINT_KEY_ENVS: {_name!r} is not an environment variable name"
+        )
+    if _what := credentials.reserved(_name):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_ENDPOINT_KEY_ENVS names {_name}, which is {_what}: it never holds an "
+            "endpoint's key (a spec naming it would send that credential to the endpoint). "
+            "Remove it, and give the endpoint's key a variable of its own (e.g. "
+            "PROD_ENDPOINT_API_KEY)"
+        )
 SERVEBENCH_ENDPOINT_KEY_SECRETS = env.strings("SERVEBENCH_ENDPOINT_KEY_SECRETS", [])
 # ----- Endpoint backends: end
 # The Content-Security-Policy of every response: scripts only from this origin, never

@@ -19,6 +19,9 @@ Job maps to ``EndpointBackend.key_env()``), never the key. ``take_keys`` reads t
 and removes them from the runner's environment, so no child (a vLLM server, the HF
 baseline, model code) inherits them; only the bench client of that endpoint's points gets
 its key, as ``OPENAI_API_KEY`` (where vLLM's client reads it), never on a command line.
+A variable that holds one of the portal's or the runner's own credentials (``HF_TOKEN``,
+the run token...: ``runners.credentials``) is never read as a key, whatever the spec says;
+the endpoint's points fail with that reason.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 import requests
 
+from runners import credentials
 from runners.spec import EndpointBackend, Spec
 
 UNKNOWN = "unknown"
@@ -45,31 +49,43 @@ class KeyMissing(RuntimeError):
 def read_keys(spec: Spec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Each endpoint's API key by backend name, from ``environ`` (default: os.environ).
 
-    An endpoint whose variable is absent is left out; ``Endpoint`` then fails its points
-    with a reason (``missing_key_reason``).
+    An endpoint whose variable is absent, or is one of the portal's or the runner's own
+    credentials (``runners.credentials``: never read as a key), is left out; ``Endpoint``
+    then fails its points with a reason (``missing_key_reason``).
     """
     env = os.environ if environ is None else environ
     keys = {}
-    for backend in spec.endpoint_backends:
-        name = backend.key_env()
-        if name and env.get(name):
+    for name, backend in _key_variables(spec):
+        if env.get(name):
             keys[backend.name] = env[name]
     return keys
 
 
+def _key_variables(spec: Spec) -> list[tuple[str, EndpointBackend]]:
+    """(variable, backend) for each endpoint whose key the runner may read."""
+    return [
+        (name, b)
+        for b in spec.endpoint_backends
+        if (name := b.key_env()) and credentials.reserved(name) is None
+    ]
+
+
 def take_keys(spec: Spec, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """``read_keys``, then remove those variables so no child process inherits them."""
+    """``read_keys``, then remove those variables so no child process inherits them (a
+    refused credential variable stays: it is the runner's, for its own use)."""
     env = os.environ if environ is None else environ
     keys = read_keys(spec, env)
-    for backend in spec.endpoint_backends:
-        name = backend.key_env()
-        if name:
-            env.pop(name, None)
+    for name, _ in _key_variables(spec):
+        env.pop(name, None)
     return keys
 
 
 def missing_key_reason(backend: EndpointBackend) -> str:
     assert backend.api_key is not None
+    name = backend.key_env()
+    refusal = credentials.refusal(name) if name else None
+    if refusal is not None:
+        return f"endpoint {backend.name!r}: its api_key.env is refused: {refusal}"
     if backend.api_key.secret is not None:
         where = (
             f"the Kubernetes Secret {backend.api_key.secret!r} (key {backend.api_key.key!r}), "
