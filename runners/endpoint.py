@@ -22,6 +22,9 @@ its key, as ``OPENAI_API_KEY`` (where vLLM's client reads it), never on a comman
 A variable that holds one of the portal's or the runner's own credentials (``HF_TOKEN``,
 the run token...: ``runners.credentials``) is never read as a key, whatever the spec says;
 the endpoint's points fail with that reason.
+
+Requests go through ``runners.egress``: only to the endpoint's own origin, never
+following a redirect (one is an error naming the status and where it pointed).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 import requests
 
 from runners import credentials
+from runners.egress import Egress, EgressRefused
 from runners.spec import EndpointBackend, Spec
 
 UNKNOWN = "unknown"
@@ -118,6 +122,8 @@ class Endpoint:
         self.log_path = log_path
         self.base_url = backend.base_url
         self.last_error = ""
+        label = f"endpoint {backend.name!r} ({backend.base_url})"
+        self.session = Egress.for_spec(spec).pinned(backend.base_url, label).session()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -135,7 +141,7 @@ class Endpoint:
             log.write(_redact(line, self.key).rstrip() + "\n")
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT_S) -> requests.Response:
-        return requests.get(f"{self.base_url}{path}", headers=self.headers, timeout=timeout)
+        return self.session.get(f"{self.base_url}{path}", headers=self.headers, timeout=timeout)
 
     @property
     def alive(self) -> bool:
@@ -146,6 +152,10 @@ class Endpoint:
             response = self.get("/v1/models")
             if response.status_code >= 404 and self.get("/health").status_code == 200:
                 return True
+        except EgressRefused as exc:
+            self.last_error = str(exc)
+            self._log(self.last_error)
+            return False
         except requests.RequestException as exc:
             self.last_error = f"GET {self.base_url}/v1/models failed: {type(exc).__name__}: {exc}"
             self._log(self.last_error)
@@ -232,6 +242,8 @@ class Endpoint:
                     from runners.server_metrics import cache_config
 
                     out["kv_cache"] = cache_config(text) or UNKNOWN
+        except EgressRefused as exc:
+            out.setdefault("errors", []).append(f"GET /metrics: {exc}")
         except requests.RequestException:
             pass
         engine = next((g for g in guesses if g in ("vllm", "sglang", "tgi")), None)
@@ -241,6 +253,9 @@ class Endpoint:
     def _json(self, path: str, out: dict[str, Any]) -> Any:
         try:
             response = self.get(path)
+        except EgressRefused as exc:
+            out.setdefault("errors", []).append(f"GET {path}: {exc}")
+            return None
         except requests.RequestException as exc:
             out.setdefault("errors", []).append(f"GET {path}: {type(exc).__name__}")
             return None
