@@ -45,7 +45,7 @@ from servebench import verdict as engine
 from servebench.compare import backend_label
 
 MAX_RUNS = 12
-_ID = re.compile(r"^[a-z0-9]{1,40}$")
+_ID = re.compile(r"^[a-z0-9]{1,40}\Z")
 
 
 class SelectionError(ValueError):

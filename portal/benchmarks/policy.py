@@ -37,7 +37,7 @@ from runners import credentials
 from runners import spec as rs
 
 # A Hugging Face hub id: 'name' or 'org/name' (what is not one is a path).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?$")
+_HUB_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?\Z")
 
 
 class SpecForbidden(rs.SpecError):
