@@ -120,6 +120,7 @@ from urllib.parse import urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.lib import env
+from runners import credentials
 from runners.spec.resources import PlacementKind, placement_name_problem, quantity_bytes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -404,8 +405,22 @@ for _host in SERVEBENCH_ENDPOINT_HOSTS:
 # Where endpoint API keys may come from: environment variables of the runner
 # (api_key.env; the local executor passes the worker's, minus names that look secret:
 # *_KEY, *_TOKEN...) and Kubernetes Secrets in the runners' namespace (api_key.secret)
-# [none]. Only these: a spec must not send another credential to an endpoint.
+# [none]. Only these: a spec must not send another credential to an endpoint. A variable
+# that holds one of our own credentials (HF_TOKEN, SECRET_KEY, SERVEBENCH_*, AWS_*...:
+# runners.credentials) is never one, whatever this list says: naming it fails here.
 SERVEBENCH_ENDPOINT_KEY_ENVS = env.strings("SERVEBENCH_ENDPOINT_KEY_ENVS", [])
+for _name in SERVEBENCH_ENDPOINT_KEY_ENVS:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", _name):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_ENDPOINT_KEY_ENVS: {_name!r} is not an environment variable name"
+        )
+    if _what := credentials.reserved(_name):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_ENDPOINT_KEY_ENVS names {_name}, which is {_what}: it never holds an "
+            "endpoint's key (a spec naming it would send that credential to the endpoint). "
+            "Remove it, and give the endpoint's key a variable of its own (e.g. "
+            "PROD_ENDPOINT_API_KEY)"
+        )
 SERVEBENCH_ENDPOINT_KEY_SECRETS = env.strings("SERVEBENCH_ENDPOINT_KEY_SECRETS", [])
 # ----- Endpoint backends: end
 # The Content-Security-Policy of every response: scripts only from this origin, never
@@ -635,7 +650,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # Ours: duplicate keys, NaN, lone surrogates, deep nesting... are 400s naming the field.
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -45,6 +45,13 @@ character's first bytes) have no chunk: the report's ``stream`` counts the token
 the chunks (inter-token gaps are then per chunk), and a response with no text at all
 keeps its last chunk as its one event (its time to first token is its latency) instead
 of failing as "never received a valid chunk".
+
+Every request of this process goes to the target's origin only (``--base-url``, or
+``--host``/``--port``) and follows no redirect (``runners.egress``; aiohttp follows them
+by default): ``install_egress_guard`` wraps the one coroutine each aiohttp request passes
+through. A request off that origin, or a redirect answer, ends the client at once with
+the reason (status, the host the redirect pointed at, what to do) as its last line and
+exit code ``EGRESS_REFUSED_EXIT``, and nothing is sent to the redirect's target.
 """
 
 from __future__ import annotations
@@ -52,12 +59,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
+
+from runners.egress import REDIRECT_STATUSES, Egress, EgressRefused
 
 OPENAI_ONLY_FLAG = "--openai-fields-only"
 TRANSFORMERS_FLAG = "--transformers-fields"
 ADAPTER_FLAGS = (OPENAI_ONLY_FLAG, TRANSFORMERS_FLAG)
 REPORT_ENV = "SERVEBENCH_FIELDS_REPORT"
+EGRESS_REFUSED_EXIT = 3  # a request off the target, or a redirect: nothing was sent there
 
 # Request body fields of the OpenAI API (completions and chat completions, streaming).
 OPENAI_FIELDS = {
@@ -219,6 +229,52 @@ def install_length_check(lengths: dict[str, Any], stream: dict[str, int]) -> Non
         erf.ASYNC_REQUEST_FUNCS[name] = checked
 
 
+def install_egress_guard(base_url: str) -> None:
+    """Make every aiohttp request of this process go to ``base_url``'s origin only,
+    without following redirects (module docstring). Idempotent."""
+    import aiohttp
+
+    original = aiohttp.ClientSession._request
+    if getattr(original, "servebench_egress", False):
+        return
+    rule = Egress([base_url], f"the bench client's target ({base_url})")
+
+    async def _request(self: Any, method: str, str_or_url: Any, *args: Any, **kwargs: Any) -> Any:
+        url = str(str_or_url)
+        try:
+            rule.check(method, url)
+        except EgressRefused as exc:
+            _refuse(exc)
+        kwargs["allow_redirects"] = False
+        response = await original(self, method, str_or_url, *args, **kwargs)
+        if response.status in REDIRECT_STATUSES:
+            location = response.headers.get("Location")
+            response.release()
+            _refuse(rule.redirect_refused(method, url, response.status, location))
+        return response
+
+    _request.servebench_egress = True  # type: ignore[attr-defined]
+    aiohttp.ClientSession._request = _request  # type: ignore[method-assign]
+
+
+def _refuse(refusal: EgressRefused) -> NoReturn:
+    """End the client at once with the reason as its last line. Not an exception: vLLM's
+    request functions turn those into a failed request that its ready check retries for
+    minutes (and some callers swallow them); and not a normal exit either, whose teardown
+    of the engine's extensions prints pages after the reason (the runner quotes the last
+    lines of this log)."""
+    sys.stdout.flush()
+    print(f"servebench: {refusal}", file=sys.stderr, flush=True)
+    os._exit(EGRESS_REFUSED_EXIT)
+
+
+def target_url(args: Any) -> str:
+    """The server vLLM's client was pointed at (``--base-url``, else host and port)."""
+    if getattr(args, "base_url", None):
+        return str(args.base_url)
+    return f"http://{args.host}:{args.port}"
+
+
 def main(argv: list[str]) -> int:
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as bench_main
@@ -234,8 +290,10 @@ def main(argv: list[str]) -> int:
         install_length_check(lengths, stream)
     parser = FlexibleArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)
+    args = parser.parse_args(argv)
+    install_egress_guard(target_url(args))
     try:
-        bench_main(parser.parse_args(argv))
+        bench_main(args)
     finally:
         report = os.environ.get(REPORT_ENV)
         if adapted is not None and report:

@@ -19,6 +19,12 @@ Job maps to ``EndpointBackend.key_env()``), never the key. ``take_keys`` reads t
 and removes them from the runner's environment, so no child (a vLLM server, the HF
 baseline, model code) inherits them; only the bench client of that endpoint's points gets
 its key, as ``OPENAI_API_KEY`` (where vLLM's client reads it), never on a command line.
+A variable that holds one of the portal's or the runner's own credentials (``HF_TOKEN``,
+the run token...: ``runners.credentials``) is never read as a key, whatever the spec says;
+the endpoint's points fail with that reason.
+
+Requests go through ``runners.egress``: only to the endpoint's own origin, never
+following a redirect (one is an error naming the status and where it pointed).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 
 import requests
 
+from runners import credentials
+from runners.egress import Egress, EgressRefused
 from runners.spec import EndpointBackend, Spec
 
 UNKNOWN = "unknown"
@@ -45,31 +53,43 @@ class KeyMissing(RuntimeError):
 def read_keys(spec: Spec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Each endpoint's API key by backend name, from ``environ`` (default: os.environ).
 
-    An endpoint whose variable is absent is left out; ``Endpoint`` then fails its points
-    with a reason (``missing_key_reason``).
+    An endpoint whose variable is absent, or is one of the portal's or the runner's own
+    credentials (``runners.credentials``: never read as a key), is left out; ``Endpoint``
+    then fails its points with a reason (``missing_key_reason``).
     """
     env = os.environ if environ is None else environ
     keys = {}
-    for backend in spec.endpoint_backends:
-        name = backend.key_env()
-        if name and env.get(name):
+    for name, backend in _key_variables(spec):
+        if env.get(name):
             keys[backend.name] = env[name]
     return keys
 
 
+def _key_variables(spec: Spec) -> list[tuple[str, EndpointBackend]]:
+    """(variable, backend) for each endpoint whose key the runner may read."""
+    return [
+        (name, b)
+        for b in spec.endpoint_backends
+        if (name := b.key_env()) and credentials.reserved(name) is None
+    ]
+
+
 def take_keys(spec: Spec, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """``read_keys``, then remove those variables so no child process inherits them."""
+    """``read_keys``, then remove those variables so no child process inherits them (a
+    refused credential variable stays: it is the runner's, for its own use)."""
     env = os.environ if environ is None else environ
     keys = read_keys(spec, env)
-    for backend in spec.endpoint_backends:
-        name = backend.key_env()
-        if name:
-            env.pop(name, None)
+    for name, _ in _key_variables(spec):
+        env.pop(name, None)
     return keys
 
 
 def missing_key_reason(backend: EndpointBackend) -> str:
     assert backend.api_key is not None
+    name = backend.key_env()
+    refusal = credentials.refusal(name) if name else None
+    if refusal is not None:
+        return f"endpoint {backend.name!r}: its api_key.env is refused: {refusal}"
     if backend.api_key.secret is not None:
         where = (
             f"the Kubernetes Secret {backend.api_key.secret!r} (key {backend.api_key.key!r}), "
@@ -102,6 +122,8 @@ class Endpoint:
         self.log_path = log_path
         self.base_url = backend.base_url
         self.last_error = ""
+        label = f"endpoint {backend.name!r} ({backend.base_url})"
+        self.session = Egress.for_spec(spec).pinned(backend.base_url, label).session()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -119,7 +141,7 @@ class Endpoint:
             log.write(_redact(line, self.key).rstrip() + "\n")
 
     def get(self, path: str, timeout: float = PROBE_TIMEOUT_S) -> requests.Response:
-        return requests.get(f"{self.base_url}{path}", headers=self.headers, timeout=timeout)
+        return self.session.get(f"{self.base_url}{path}", headers=self.headers, timeout=timeout)
 
     @property
     def alive(self) -> bool:
@@ -130,6 +152,10 @@ class Endpoint:
             response = self.get("/v1/models")
             if response.status_code >= 404 and self.get("/health").status_code == 200:
                 return True
+        except EgressRefused as exc:
+            self.last_error = str(exc)
+            self._log(self.last_error)
+            return False
         except requests.RequestException as exc:
             self.last_error = f"GET {self.base_url}/v1/models failed: {type(exc).__name__}: {exc}"
             self._log(self.last_error)
@@ -216,6 +242,8 @@ class Endpoint:
                     from runners.server_metrics import cache_config
 
                     out["kv_cache"] = cache_config(text) or UNKNOWN
+        except EgressRefused as exc:
+            out.setdefault("errors", []).append(f"GET /metrics: {exc}")
         except requests.RequestException:
             pass
         engine = next((g for g in guesses if g in ("vllm", "sglang", "tgi")), None)
@@ -225,6 +253,9 @@ class Endpoint:
     def _json(self, path: str, out: dict[str, Any]) -> Any:
         try:
             response = self.get(path)
+        except EgressRefused as exc:
+            out.setdefault("errors", []).append(f"GET {path}: {exc}")
+            return None
         except requests.RequestException as exc:
             out.setdefault("errors", []).append(f"GET {path}: {type(exc).__name__}")
             return None

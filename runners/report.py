@@ -19,6 +19,7 @@ from typing import Any
 
 import requests
 
+from runners.egress import Egress, EgressRefused
 from runners.result import Event, Measurement
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class Reporter:
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
         self.timeout_s = timeout_s
-        self._session = requests.Session()
+        # Only to the portal's origin, never following a redirect (runners.egress).
+        self._session = Egress.portal(self.url).session()
         self._session.headers["Authorization"] = f"Bearer {token}"
         self._session.headers["User-Agent"] = "servebench-runner"
 
@@ -105,6 +107,8 @@ class Reporter:
                 response = self._session.post(
                     url, data=data, headers=headers, timeout=self.timeout_s
                 )
+            except EgressRefused as exc:  # a redirect: final, nothing was sent there
+                raise ReportRejected(exc.status or 0, str(exc)) from None
             except (requests.ConnectionError, requests.Timeout) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:

@@ -31,14 +31,20 @@ numbers compare with the community's; the HF baseline reports the same keys. Whe
 run's GPUs could be read through NVML, ``ENERGY_KEYS`` are added (``runners.telemetry``:
 J per output token, mean power, GPU utilisation, and cost per million output tokens when
 the spec names a GPU-hour price).
+
+Numbers are what they measure: finite, and never negative where a negative is
+meaningless (counts, bytes, durations, rates, latencies, metrics). The portal validates
+every runner message with these models, so a report that says otherwise is refused
+naming its field.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RESULT_SCHEMA_VERSION = 1
 
@@ -73,6 +79,13 @@ ENERGY_KEYS = (
 )
 
 
+# A measured quantity: finite and not negative (a count, bytes, seconds, a rate).
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+_FINGERPRINT = re.compile(r"\A[0-9a-f]{0,64}\Z")
+
+
 def utcnow() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -80,44 +93,46 @@ def utcnow() -> str:
 class PointInfo(BaseModel):
     """The resolved workload of a measurement (see runners.spec.Point)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     key: str = Field(description="'<sweep>:<axis>=<value>' or 'baseline' / 'single'.")
     sweep: str
     axis: str | None = None
     value: float | None = None
-    input_len: int
-    output_len: int
-    max_concurrency: int
-    num_prompts: int
-    request_rate: float | None = None
+    input_len: Count
+    output_len: Count
+    max_concurrency: Count
+    num_prompts: Count
+    request_rate: Amount | None = None
 
 
 class ServerMetrics(BaseModel):
     """Deltas and peaks read from the vLLM server's /metrics around one point."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
-    preemptions: float | None = None
-    prefix_cache_queries: float | None = None
-    prefix_cache_hits: float | None = None
-    prefix_cache_hit_rate: float | None = None
-    kv_cache_usage_peak: float | None = Field(None, description="0..1, sampled during the point.")
-    num_requests_running_peak: float | None = None
-    num_requests_waiting_peak: float | None = None
-    samples: int = 0
+    preemptions: Amount | None = None
+    prefix_cache_queries: Amount | None = None
+    prefix_cache_hits: Amount | None = None
+    prefix_cache_hit_rate: Fraction | None = None
+    kv_cache_usage_peak: Fraction | None = Field(
+        None, description="0..1, sampled during the point."
+    )
+    num_requests_running_peak: Amount | None = None
+    num_requests_waiting_peak: Amount | None = None
+    samples: Count = 0
     # The KV cache vLLM allocated (vllm:cache_config_info): capacity = blocks x block_size.
-    num_gpu_blocks: float | None = None
-    block_size: float | None = None
-    kv_cache_memory_bytes: float | None = None
+    num_gpu_blocks: Amount | None = None
+    block_size: Amount | None = None
+    kv_cache_memory_bytes: Amount | None = None
     cache_dtype: str | None = None
-    gpu_memory_utilization: float | None = None
+    gpu_memory_utilization: Fraction | None = None
 
 
 class Measurement(BaseModel):
     """One backend at one sweep point, one repeat."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: str = Field(description="Backend name from the spec.")
     backend_kind: Literal[
@@ -127,11 +142,12 @@ class Measurement(BaseModel):
     repeat: int = Field(ge=0)
     status: Literal["succeeded", "failed"]
     error: str | None = Field(None, description="Why it failed, readable by a person.")
-    metrics: dict[str, float] = Field(
-        default_factory=dict, description="METRIC_KEYS and ENERGY_KEYS subset."
+    metrics: dict[str, Amount] = Field(
+        default_factory=dict,
+        description="METRIC_KEYS and ENERGY_KEYS subset: finite, never negative.",
     )
     server_metrics: ServerMetrics | None = None
-    gpu_memory_peak_bytes: int | None = None
+    gpu_memory_peak_bytes: Count | None = None
     commands: dict[str, str] = Field(
         default_factory=dict, description="'serve', 'bench' or 'hf': shell-quoted commands."
     )
@@ -161,7 +177,7 @@ class Measurement(BaseModel):
     )
     started_at: str
     finished_at: str
-    duration_s: float
+    duration_s: Amount
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -181,18 +197,25 @@ class Event(BaseModel):
     - failed:      {message: why, errors, timings}
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     type: EventType
     at: str = Field(default_factory=utcnow)
     message: str | None = None
-    done: int | None = None
-    total: int | None = None
+    done: Count | None = None
+    total: Count | None = None
     status: Literal["succeeded", "failed", "partial"] | None = None
     environment: dict[str, Any] | None = None
     fingerprint: str | None = None
     errors: list[dict[str, str]] | None = None
     timings: dict[str, Any] | None = None
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _fingerprint(cls, v: str | None) -> str | None:
+        if v is not None and not _FINGERPRINT.match(v):
+            raise ValueError("a fingerprint is up to 64 lowercase hex digits")
+        return v
 
 
 class ResultDocument(BaseModel):

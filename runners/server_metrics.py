@@ -27,6 +27,10 @@ filtered answer lacks them (an older release, a multiprocess registry) is scrape
 from then on. Only the wanted lines are parsed (prometheus_client's full parser took
 longer than the scrape itself), over one kept-alive connection, and the sampler thread's
 own CPU time is recorded in the telemetry's ``sampler`` block.
+
+Scrapes go only to the server's own origin and follow no redirect (``runners.egress``):
+a ``/metrics`` that redirects is not scraped again, and the sampler block says why
+(``scrape_refused``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import requests
 
 from runners import nvml
 from runners import telemetry as tm
+from runners.egress import REDIRECT_STATUSES, Egress, EgressRefused, pinned_session
 from runners.result import ServerMetrics
 
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -123,8 +128,16 @@ def cache_config(text: str) -> dict[str, float | str]:
     return out
 
 
+def _label(base_url: str) -> str:
+    return f"the server at {base_url}"
+
+
 def scrape_text(base_url: str, timeout_s: float = 5.0) -> str:
-    response = requests.get(f"{base_url}/metrics", timeout=timeout_s)
+    """The full ``/metrics`` text; ``requests.RequestException`` when it cannot be read
+    (``runners.egress.EgressRefused`` for a redirect)."""
+    session = pinned_session(base_url, _label(base_url))
+    with session:
+        response = session.get(f"{base_url}/metrics", timeout=timeout_s)
     response.raise_for_status()
     return response.text
 
@@ -142,6 +155,8 @@ class _Connection:
     ``requests`` took ~1 ms (measured on this project's machines)."""
 
     def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
+        self.egress = Egress([base_url], _label(base_url))
+        self._base_url = base_url.rstrip("/")
         parts = urlsplit(base_url)
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
         self._https = parts.scheme == "https"
@@ -150,7 +165,8 @@ class _Connection:
         self._conn: http.client.HTTPConnection | None = None
 
     def get(self, path: str) -> tuple[int, str]:
-        """(status, body) of ``GET path``; OSError / HTTPException when unreachable."""
+        """(status, body) of ``GET path``; OSError / HTTPException when unreachable,
+        ``EgressRefused`` for a redirect (never followed)."""
         for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
             if self._conn is None:
                 kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
@@ -158,11 +174,17 @@ class _Connection:
             try:
                 self._conn.request("GET", self._prefix + path)
                 response = self._conn.getresponse()
-                return response.status, response.read().decode("utf-8", "replace")
+                body = response.read().decode("utf-8", "replace")
             except (OSError, http.client.HTTPException):
                 self.close()
                 if attempt:
                     raise
+                continue
+            if response.status in REDIRECT_STATUSES:
+                location = response.getheader("Location")
+                url = self._base_url + path
+                raise self.egress.redirect_refused("GET", url, response.status, location)
+            return response.status, body
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -210,6 +232,7 @@ class PointWatcher:
         self._filtered = True
         self._exposed = True  # until /metrics answers 404: then no more scrapes
         self._cpu_s = 0.0
+        self._refused = ""  # why /metrics is not scraped (a redirect), if so
         self._cache: dict[str, float | str] = {}
         self._http = _Connection(base_url)
         self._stop = threading.Event()
@@ -234,6 +257,9 @@ class PointWatcher:
             return {}
         try:
             return self._scrape()
+        except requests.RequestException as exc:  # EgressRefused: a redirect, not followed
+            self._exposed, self._refused = False, str(exc)
+            return {}
         except (OSError, http.client.HTTPException, ValueError):
             return {}
 
@@ -268,6 +294,8 @@ class PointWatcher:
         try:
             text = scrape_text(self.base_url)
             self._before, self._cache = parse(text), cache_config(text)
+        except EgressRefused as exc:  # a redirect: never followed, never asked again
+            self._before, self._exposed, self._refused = {}, False, str(exc)
         except (requests.RequestException, ValueError):
             self._before = {}
         if self._before:  # the series starts where the point does
@@ -285,17 +313,21 @@ class PointWatcher:
         self.gpu_peak = self._gpu.memory_peak_bytes()
 
     def _delta(self, name: str) -> float | None:
+        """A counter's change over the point; None when unknown (not reported, or lower
+        after than before: the server restarted and the counter began again)."""
         if name in self._before and name in self._after:
-            return self._after[name] - self._before[name]
+            delta = self._after[name] - self._before[name]
+            return delta if delta >= 0 else None
         return None
 
     def result(self) -> ServerMetrics:
         queries, hits = self._delta(PREFIX_QUERIES), self._delta(PREFIX_HITS)
+        rate = hits / queries if queries and hits is not None and hits <= queries else None
         return ServerMetrics(
             preemptions=self._delta(PREEMPTIONS),
             prefix_cache_queries=queries,
             prefix_cache_hits=hits,
-            prefix_cache_hit_rate=(hits / queries) if queries and hits is not None else None,
+            prefix_cache_hit_rate=rate,
             kv_cache_usage_peak=self._peaks.get("kv"),
             num_requests_running_peak=self._peaks.get("running"),
             num_requests_waiting_peak=self._peaks.get("waiting"),
@@ -332,4 +364,6 @@ class PointWatcher:
             "scrape_ms_median": round(median * 1000, 2) if median is not None else None,
             "scrape": "filtered" if self._filtered else "full",
         }
+        if self._refused:
+            sampler["scrape_refused"] = self._refused
         return tm.assemble(self._gpu, self.t0, detail, server=self.series(), sampler=sampler)

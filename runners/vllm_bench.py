@@ -47,6 +47,7 @@ from runners import causes, nvml, procs
 from runners import conditions as cond
 from runners import telemetry as tm
 from runners.bench_client import ADAPTERS, OPENAI_ONLY_FLAG, REPORT_ENV, TRANSFORMERS_FLAG
+from runners.egress import pinned_session
 from runners.endpoint import Endpoint, missing_key_reason, served_model
 from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
 from runners.server_metrics import PointWatcher
@@ -262,8 +263,14 @@ def probe(
     if (flag := adapter_flag(backend)) is not None:
         ADAPTERS[flag](body)  # the fields the client's adapter would send
     headers = target.headers if isinstance(target, Endpoint) else {}
+    # Only to the target's origin, never following a redirect (runners.egress).
+    session = (
+        target.session
+        if isinstance(target, Endpoint)
+        else pinned_session(target.base_url, target.LABEL)
+    )
     try:
-        response = requests.post(
+        response = session.post(
             f"{target.base_url}{API_ENDPOINTS[api]}", json=body, headers=headers, timeout=120
         )
     except requests.RequestException:

@@ -29,6 +29,7 @@ from typing import Any, Self
 import requests
 
 from runners import procs
+from runners.egress import Egress
 from runners.spec import Spec, VLLMBackend
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -146,7 +147,7 @@ class LocalServer:
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.proc is not None
-        session = requests.Session()
+        session = Egress.local_server(self.base_url, self.LABEL).session()
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -218,7 +219,8 @@ class VLLMServer(LocalServer):
 
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache so a point does not reuse the previous point's prompts."""
-        response = requests.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
+        session = Egress.local_server(self.base_url, self.LABEL).session()
+        response = session.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
         if response.status_code != 200:
             raise ServerError(
                 f"POST /reset_prefix_cache answered {response.status_code}: "

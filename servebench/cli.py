@@ -64,7 +64,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 # How long --wait rides out an unreachable portal (a restart, a deploy) before giving up.
 UNREACHABLE_GRACE_S = 300.0
 HEARTBEAT_S = 300.0
-_RUN_URL = re.compile(r"/runs/([a-z0-9]{1,40})/?(?:[?#].*)?$")
+_RUN_URL = re.compile(r"/runs/([a-z0-9]{1,40})/?(?:[?#].*)?\Z")
 RUN_ID_LENGTH = 20  # a full public id; anything shorter may be a prefix of one
 
 
@@ -509,7 +509,7 @@ def read_spec_text(path: str) -> str:
     """The spec file's text, checked to be YAML/JSON here (the portal checks the rest)."""
     import yaml
 
-    from runners.spec import safe_yaml
+    from runners.spec import YAMLFieldError, safe_yaml
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -519,6 +519,8 @@ def read_spec_text(path: str) -> str:
         raise ServebenchError(f"cannot read the spec {path}: not UTF-8 text") from None
     try:
         safe_yaml(text)
+    except YAMLFieldError as exc:  # a key given twice, a YAML 1.1 scalar: say which
+        raise ServebenchError(f"invalid spec {path}: {exc.field}: {exc.message}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

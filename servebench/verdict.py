@@ -144,7 +144,7 @@ ENERGY_METRICS = {
     ),
 }
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
-_LATENCY_RE = re.compile(r"^(mean|median|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+_LATENCY_RE = re.compile(r"^(mean|median|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms\Z")
 
 Better = Literal["higher", "lower"]
 

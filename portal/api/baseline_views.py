@@ -24,8 +24,8 @@ from rest_framework.views import APIView
 
 from portal.api.errors import ApiError
 from portal.api.parsers import JSONParser
-from portal.api.serializers import RunSerializer, run_summaries
-from portal.api.views import RunPagination, get_run_or_404
+from portal.api.serializers import RunSerializer, paginated, run_summaries
+from portal.api.views import PAGE_PARAMS, RunPagination, get_run_or_404
 from portal.benchmarks import baselines
 from portal.benchmarks.models import Baseline
 
@@ -132,8 +132,9 @@ class BaselineList(APIView):
             OpenApiParameter("label", str, description="Exactly this label."),
             OpenApiParameter("fingerprint", str, description="Runs of this fingerprint."),
             OpenApiParameter("owner", str, description="'me' or a username."),
+            *PAGE_PARAMS,
         ],
-        responses=BaselineSerializer(many=True),
+        responses=paginated(BaselineSerializer),
         description="Labels on runs you can see, newest run first, paginated.",
     )
     def get(self, request: Request) -> Response:

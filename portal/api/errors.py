@@ -6,7 +6,11 @@
                "fields": [{"field": "spec.workload.input_len", "message": "..."}]}}
 
 ``field`` is the first offending field (absent when the error is not about one), ``fields``
-all of them. Bad input is always a 4xx; the message says what to do next.
+all of them. Bad input is always a 4xx; the message says what to do next. A body that
+does not parse, or holds a value no field accepts (``portal.api.parsers.BodyRefused``:
+NaN, a lone surrogate, a duplicated key...), is ``malformed_body``, with its field when
+one is at fault. Every text that echoes input is made encodable first (a lone surrogate
+in a key would otherwise fail to render the very 400 that names it).
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from portal.api.parsers import BodyRefused
 from portal.benchmarks.ingestion import IngestRefused
 from portal.benchmarks.lifecycle import RunFinished
 from portal.benchmarks.policy import SpecForbidden
 from portal.benchmarks.queries import FilterError
 from runners import spec as rs
+from runners.spec import renderable
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,9 @@ class ApiError(exceptions.APIException):
 def error_body(
     code: str, message: str, fields: list[dict[str, str]] | None = None
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message}
+    """The error shape, every text in it encodable (``renderable``)."""
+    fields = [{k: renderable(str(v)) for k, v in f.items()} for f in fields or []]
+    body: dict[str, Any] = {"code": code, "message": renderable(message)}
     if fields:
         body["field"] = fields[0]["field"]
         body["fields"] = fields
@@ -117,6 +125,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, exceptions.PermissionDenied | DjangoPermissionDenied):
         code, status_code, fields = "forbidden", 403, []
         message = str(getattr(exc, "detail", "")) or "you may not do this"
+    elif isinstance(exc, BodyRefused):
+        code, status_code = "malformed_body", 400
+        fields = [{"field": exc.field, "message": exc.message}] if exc.field else []
+        message = str(exc)
     elif isinstance(exc, exceptions.ParseError):
         code, status_code, fields = "malformed_body", 400, []
         message = f"{exc.detail}. Send a JSON object (Content-Type: application/json)."

@@ -31,18 +31,17 @@ from portal.dispatch.executors import ExecutorError, get_executor
 from portal.lib.logctx import bound_run
 from portal.web import warm
 from runners import result as rr
-from runners.spec import errors_from, json_problem
+from runners.spec import errors_from
 
 
 def _validate(model: type[BaseModel], data: Any) -> Any:
-    """The body as ``model``; 400 naming the field for anything that could not be stored
-    or shown (``json_problem``: NUL, lone surrogates, inf, huge integers) or validated."""
+    """The body as ``model``; 400 naming the field for anything that does not validate
+    (negative counts, non-finite numbers: ``runners.result``). What could not be stored or
+    shown at all (NUL, lone surrogates, keys with control characters, duplicate keys,
+    huge integers, deep nesting) was refused by the parser already
+    (``portal.api.parsers``), for every endpoint alike."""
     if not isinstance(data, dict):
         raise ApiError(400, "invalid", "the body must be a JSON object")
-    problem = json_problem(data)
-    if problem:
-        field, why = problem
-        raise ApiError(400, "invalid", f"{field}: {why}", [{"field": field, "message": why}])
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -36,6 +36,25 @@ class RunCreateRequest(serializers.Serializer):
     is_public = serializers.BooleanField(required=False, default=False)
 
 
+def paginated(item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """The envelope a list paginated by ``views.RunPagination`` answers with, around
+    ``item`` (for the schema: APIViews do not tell drf-spectacular they paginate)."""
+    name = item.__name__.removesuffix("Serializer")
+    return type(
+        f"Paginated{name}ListSerializer",
+        (serializers.Serializer,),
+        {
+            "__doc__": f"One page of {name} items, newest first.",
+            "count": serializers.IntegerField(help_text="Items on all pages."),
+            "next": serializers.URLField(allow_null=True, help_text="The next page, if any."),
+            "previous": serializers.URLField(
+                allow_null=True, help_text="The previous page, if any."
+            ),
+            "results": item(many=True),
+        },
+    )
+
+
 class ProgressSerializer(serializers.Serializer):
     done = serializers.IntegerField()
     total = serializers.IntegerField()

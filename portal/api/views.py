@@ -28,13 +28,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.errors import ApiError, json_error
-from portal.api.parsers import JSONParser, TextYAMLParser, XYAMLParser, YAMLParser, load_yaml
+from portal.api.parsers import (
+    BodyRefused,
+    JSONParser,
+    TextYAMLParser,
+    XYAMLParser,
+    YAMLParser,
+    load_yaml,
+)
 from portal.api.serializers import (
     PresetSerializer,
     RunCreateRequest,
     RunDetailSerializer,
     RunSerializer,
     measurement_rows,
+    paginated,
     run_summaries,
 )
 from portal.benchmarks import documents, intake, lifecycle, presets, queries, sharing
@@ -93,6 +101,21 @@ class RunPagination(PageNumberPagination):
     max_page_size = 100
 
 
+# What a list paginated by RunPagination takes (the schema shows them with its envelope,
+# ``serializers.paginated``).
+PAGE_PARAMS = [
+    OpenApiParameter("page", int, description="Page number, from 1."),
+    OpenApiParameter(
+        "page_size",
+        int,
+        description=(
+            f"Items per page (default {RunPagination.page_size}, at most "
+            f"{RunPagination.max_page_size})."
+        ),
+    ),
+]
+
+
 class YAMLRenderer(renderers.BaseRenderer):
     media_type = "application/yaml"
     format = "yaml"
@@ -127,8 +150,8 @@ class RunListCreate(APIView):
 
     @extend_schema(
         operation_id="runs_list",
-        parameters=_FILTER_PARAMS,
-        responses=RunSerializer(many=True),
+        parameters=[*_FILTER_PARAMS, *PAGE_PARAMS],
+        responses=paginated(RunSerializer),
         description="Runs you can see (yours and public ones), newest first, paginated.",
     )
     def get(self, request: Request) -> Response:
@@ -142,26 +165,39 @@ class RunListCreate(APIView):
         operation_id="runs_create",
         request={"application/json": RunCreateRequest, "application/yaml": OpenApiTypes.STR},
         responses={201: RunSerializer, 400: OpenApiResponse(description="Invalid spec.")},
-        parameters=[OpenApiParameter("name", str, description="Run name, for a raw YAML body.")],
+        parameters=[
+            OpenApiParameter("name", str, description="Run name (instead of the body's)."),
+            OpenApiParameter(
+                "is_public", bool, description="Readable without sign-in (instead of the body's)."
+            ),
+        ],
         description=(
             'Submit a run: JSON `{"spec": {...}}` or `{"preset": "seed"}` (optional '
             "`name`, `is_public`), or a raw YAML spec with Content-Type application/yaml. "
-            "Invalid specs get 400 naming the field; nothing is queued. So does a spec "
-            "asking for what this portal's executor cannot give (more GPUs than it has); "
-            "what may fail later (a hub model not in the cache while downloads are off) "
-            "is queued and listed under `warnings`."
+            "`?name=` and `?is_public=` apply to either body (given in both, they must "
+            "agree). Invalid specs get 400 naming the field; nothing is queued. So does a "
+            "spec asking for what this portal's executor cannot give (more GPUs than it "
+            "has); what may fail later (a hub model not in the cache while downloads are "
+            "off) is queued and listed under `warnings`."
         ),
     )
     def post(self, request: Request) -> Response:
         check_body_size(request, settings.SERVEBENCH_MAX_SPEC_BYTES)
-        data = request.data
-        if request.content_type and "yaml" in request.content_type:
+        raw_yaml = bool(request.content_type and "yaml" in request.content_type)
+        try:
+            data = request.data
+        except BodyRefused as exc:  # a raw YAML body is the spec: its fields are spec.*
+            raise exc.under("spec") if raw_yaml else exc from None
+        if raw_yaml:
             data = {"spec": data}
-            if "name" in request.query_params:
-                data["name"] = request.query_params["name"]
         if isinstance(data, dict) and isinstance(data.get("spec"), str):
             # A spec given as YAML/JSON text inside the JSON body.
-            data = {**data, "spec": load_yaml(data["spec"])}
+            try:
+                data = {**data, "spec": load_yaml(data["spec"])}
+            except BodyRefused as exc:
+                raise exc.under("spec") from None
+        if isinstance(data, dict):
+            data = {**data, **_create_params(request, data)}
         req = intake.spec_from_request(data, request.user)
         run = intake.create_run(request.user, req.spec, req.name, is_public=req.is_public)
         body = dict(RunSerializer(run, context={"request": request}).data)
@@ -169,6 +205,39 @@ class RunListCreate(APIView):
             # What the executor may not give it (preflight): queued anyway, said at once.
             body["warnings"] = list(req.warnings)
         return Response(body, status=201, headers={"Location": body["links"]["self"]})
+
+
+def _create_params(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    """``?name=`` and ``?is_public=`` of a create request, read the same way whatever the
+    body's type; SpecError naming the parameter when one is given twice, cannot be read,
+    or disagrees with the body. Run names are text without control characters."""
+    params: dict[str, Any] = {}
+    for key in ("name", "is_public"):
+        values = request.query_params.getlist(key)
+        if not values:
+            continue
+        if len(values) > 1:
+            raise rs.SpecError([{"field": key, "message": f"give ?{key}= once"}])
+        value: Any = values[0]
+        if key == "is_public":
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise rs.SpecError([{"field": key, "message": "?is_public= must be true or false"}])
+            value = value.lower() in ("true", "1")
+        if key in body and body[key] != value:
+            raise rs.SpecError(
+                [
+                    {
+                        "field": key,
+                        "message": f"{key} is given in the query and in the body with "
+                        "different values; give it once",
+                    }
+                ]
+            )
+        params[key] = value
+    name = params.get("name", body.get("name"))
+    if isinstance(name, str) and (why := rs.free_text_problem(name)):
+        raise rs.SpecError([{"field": "name", "message": f"a run name {why}"}])
+    return params
 
 
 class RunDetail(APIView):

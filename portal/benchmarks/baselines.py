@@ -38,8 +38,8 @@ from portal.benchmarks.models import BASELINE_LABEL_MAX, Baseline, Run, RunStatu
 LATEST = "latest:"
 # Branch-name-like: "main", "release/1.2", "nightly-h100". No ':' or '@' (they delimit
 # references) and no whitespace.
-LABEL_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._/+-]{{0,{BASELINE_LABEL_MAX - 1}}}$")
-_RUN_ID_RE = re.compile(r"^[a-z0-9]{1,40}$")
+LABEL_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._/+-]{{0,{BASELINE_LABEL_MAX - 1}}}\Z")
+_RUN_ID_RE = re.compile(r"^[a-z0-9]{1,40}\Z")
 
 # A run in these states never becomes a useful baseline.
 _UNMARKABLE = (RunStatus.FAILED, RunStatus.CANCELLED)

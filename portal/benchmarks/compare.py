@@ -47,7 +47,7 @@ from servebench.compare import backend_label
 MAX_RUNS = 12
 # The metrics whose verdicts a comparison counts: the CLI's defaults (engine keys).
 COUNTED = frozenset(engine.parse_metric(name).key for name in engine.DEFAULT_METRICS)
-_ID = re.compile(r"^[a-z0-9]{1,40}$")
+_ID = re.compile(r"^[a-z0-9]{1,40}\Z")
 
 
 class SelectionError(ValueError):

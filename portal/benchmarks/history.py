@@ -39,7 +39,7 @@ from servebench import verdict
 from servebench.compare import backend_label
 
 MAX_POINTS = 1000
-FINGERPRINT_RE = re.compile(r"^[0-9a-f]{8,64}$")
+FINGERPRINT_RE = re.compile(r"^[0-9a-f]{8,64}\Z")
 
 # Metrics stored as columns (aggregated in SQL): the headline ones.
 HISTORY_METRICS: tuple[str, ...] = (

@@ -62,7 +62,7 @@ MAX_COMMAND_CHARS = 16_000
 MAX_RUNNER_ERRORS = 50
 MAX_METRICS = 200
 MAX_PROGRESS = 2**31 - 1
-_FINGERPRINT = re.compile(r"^[0-9a-f]{0,64}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{0,64}\Z")
 _COMMAND_KINDS = ("serve", "bench", "hf")
 
 

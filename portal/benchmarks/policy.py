@@ -21,8 +21,9 @@ rules, from settings an admin sets (``portal/settings.py``):
   load, and maybe a key, there); its ``api_key`` only from a variable in
   SERVEBENCH_ENDPOINT_KEY_ENVS (local executor) or a Secret in
   SERVEBENCH_ENDPOINT_KEY_SECRETS (Kubernetes): a spec must never send another credential
-  (the HF token, a run token) to a host. A LoRA adapter's local path under
-  SERVEBENCH_MODEL_ROOTS.
+  (the HF token, a run token) to a host, so a variable holding one of the portal's or the
+  runner's own credentials (``runners.credentials``) is refused whatever the list says. A
+  LoRA adapter's local path under SERVEBENCH_MODEL_ROOTS.
 
 ``check_image(spec)`` then ``check(spec, user)`` raise ``runners.spec.SpecError`` (400) or
 ``SpecForbidden`` (403), each naming the field (without the ``spec.`` prefix the API adds)
@@ -39,10 +40,11 @@ from typing import Any
 from django.conf import settings
 
 from portal.accounts.models import TRUST_REMOTE_CODE
+from runners import credentials
 from runners import spec as rs
 
 # A Hugging Face hub id: 'name' or 'org/name' (what is not one is a path).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?$")
+_HUB_ID = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._\-]*(/[A-Za-z0-9][A-Za-z0-9._\-]*)?\Z")
 
 
 class SpecForbidden(rs.SpecError):
@@ -247,6 +249,9 @@ def _check_endpoint(i: int, backend: rs.EndpointBackend) -> None:
         return
     kubernetes = settings.SERVEBENCH_EXECUTOR == "kubernetes"
     if key.env is not None:
+        refusal = credentials.refusal(key.env)
+        if refusal is not None:
+            raise _error(f"backends.{i}.api_key.env", refusal)
         if kubernetes:
             raise _error(
                 f"backends.{i}.api_key.env",

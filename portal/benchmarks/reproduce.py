@@ -33,7 +33,7 @@ from servebench import verdict as engine
 from servebench.verdict import MetricVerdict
 
 RERUN_PREFIX = "Re-run of "
-_ORIGINAL = re.compile(r"^Re-run of ([a-z0-9]{20})$")
+_ORIGINAL = re.compile(r"^Re-run of ([a-z0-9]{20})\Z")
 
 
 def rerun_name(run: Run) -> str:

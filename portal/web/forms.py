@@ -15,6 +15,12 @@
   error and warning. Without JavaScript the submit does the same and re-renders.
 - **Every problem at once, at its field**, named by its spec path as the API names it
   (``spec.workload.input_len``); what has no field of its own goes under the spec text.
+  The spec text is read as the API reads a spec (``runners.spec.safe_yaml``, then
+  ``json_problem``): what JSON would read otherwise (YAML 1.1 scalars, a key given twice)
+  and what cannot be stored (a lone surrogate, NUL, a key with control characters, deep
+  nesting) stop there, at the field the path names. ``synced`` is the page's own and
+  read as JSON; one that is hostile (nested too deep...) is an error at it. Every message
+  is made encodable (``renderable``) before the page shows it.
   The runner's spec model validates; this portal's rules (``policy.check_image``,
   ``policy.check``) and what its executor can give (``preflight``: refusals and warnings)
   follow.
@@ -34,7 +40,7 @@ from django import forms
 from portal.benchmarks import policy, preflight, presets
 from runners import spec as rs
 
-_WHOLE = re.compile(r"^[0-9]{1,9}$")
+_WHOLE = re.compile(r"\A[0-9]{1,9}\Z")
 
 BACKEND_CHOICES = [
     ("hf-sequential", "HF Transformers sequential baseline"),
@@ -235,7 +241,15 @@ class RunForm(forms.Form):
             return None
         try:
             value = json.loads(raw)
+        except RecursionError:
+            self._problem("synced", "synced", "The page's state is nested too deeply; reload it.")
+            return None
         except ValueError:
+            return None
+        problem = rs.json_problem(value)
+        if problem is not None:
+            where = f"synced.{problem[0]}" if problem[0] else "synced"
+            self._problem("synced", where, f"{problem[1]}; reload the page.")
             return None
         if not isinstance(value, dict) or not isinstance(value.get("fields"), dict):
             return None
@@ -261,6 +275,9 @@ class RunForm(forms.Form):
     def _parse_text(self, text: str) -> dict[str, Any] | None:
         try:
             data = rs.safe_yaml(text)
+        except rs.YAMLFieldError as exc:
+            self._spec_problem({"field": exc.field, "message": exc.message})
+            return None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -270,6 +287,10 @@ class RunForm(forms.Form):
             self._problem(
                 "spec_text", "spec", "A spec is a mapping (model:, workload:, sweeps: ...)."
             )
+            return None
+        problem = rs.json_problem(data)
+        if problem is not None:  # nothing else reads it: it could not be stored or shown
+            self._spec_problem({"field": problem[0], "message": problem[1]})
             return None
         return data
 
@@ -367,6 +388,7 @@ class RunForm(forms.Form):
         return cleaned
 
     def _problem(self, field: str, path: str, message: str) -> None:
+        path, message = rs.renderable(path), rs.renderable(message)
         self.problems.append({"field": field, "path": path, "message": message})
         text = f"{path}: {message}" if path != "spec" else message
         self._added.add((field, text))

@@ -26,8 +26,10 @@ in a module of its own:
 - ``root``: ``Spec`` itself, whose validator calls the rules above in a fixed order.
 - ``points``: ``Point``, ``search_point``, ``hf_point``.
 - ``presets``: the seed experiments, the tiny demo, ``PRESETS``, ``preset``.
-- ``io``: ``SpecError``, ``errors_from``, ``parse_spec``, ``safe_yaml``, ``loads_spec``,
-  ``load_spec``, ``dump_spec``, ``json_schema``.
+- ``io``: ``SpecError``, ``errors_from``, ``parse_spec``, ``loads_spec``, ``load_spec``,
+  ``dump_spec``, ``json_schema``.
+- ``yamlload``: ``safe_yaml`` (spec text read as JSON would read it: YAML 1.2 core
+  scalars, no duplicate keys, no aliases) and its ``YAMLFieldError``.
 """
 
 from __future__ import annotations
@@ -56,9 +58,13 @@ from runners.spec.common import (
     MAX_SWEEP_VALUES,
     MAX_SWEEPS,
     SPEC_VERSION,
+    DuplicateKeys,
     FieldError,
     Strict,
+    free_text_problem,
     json_problem,
+    renderable,
+    shown,
 )
 from runners.spec.io import (
     SpecError,
@@ -68,7 +74,6 @@ from runners.spec.io import (
     load_spec,
     loads_spec,
     parse_spec,
-    safe_yaml,
 )
 from runners.spec.model import ModelSpec
 from runners.spec.points import Point, hf_point, search_point
@@ -85,6 +90,7 @@ from runners.spec.resources import Resources
 from runners.spec.root import Spec
 from runners.spec.search import SEARCH_AXES, SLO, SLO_METRICS, SLASearch, slo_text
 from runners.spec.workload import RampUp, Sweep, SweepAxis, Workload, WorkloadOverrides
+from runners.spec.yamlload import YAMLFieldError, safe_yaml
 
 __all__ = [
     "ALLOWED_EXTRA_FLAGS",
@@ -110,6 +116,7 @@ __all__ = [
     "APIKey",
     "Api",
     "Backend",
+    "DuplicateKeys",
     "EndpointBackend",
     "FieldError",
     "HFBackend",
@@ -133,10 +140,12 @@ __all__ = [
     "VLLMBackend",
     "Workload",
     "WorkloadOverrides",
+    "YAMLFieldError",
     "check_extra_args",
     "dump_spec",
     "endpoint_url_parts",
     "errors_from",
+    "free_text_problem",
     "hf_point",
     "json_problem",
     "json_schema",
@@ -145,10 +154,12 @@ __all__ = [
     "parallel_size",
     "parse_spec",
     "preset",
+    "renderable",
     "safe_yaml",
     "search_point",
     "seed_all_baselines",
     "seed_experiment",
+    "shown",
     "slo_text",
     "tiny_demo",
 ]

@@ -1,6 +1,7 @@
 """Reading and writing specs: ``parse_spec`` (a parsed mapping), ``loads_spec``/``load_spec``
-(YAML or JSON text, read by ``safe_yaml``), ``dump_spec`` and ``json_schema``; every refusal
-is a ``SpecError`` whose ``errors`` name their fields (``errors_from``)."""
+(YAML or JSON text, read by ``safe_yaml``: YAML 1.2 core scalars, no duplicate keys, no
+aliases, ``runners.spec.yamlload``), ``dump_spec`` and ``json_schema``; every refusal is a
+``SpecError`` whose ``errors`` name their fields (``errors_from``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from runners.spec.backends import BACKEND_KINDS
 from runners.spec.common import SPEC_VERSION, FieldError, json_problem
 from runners.spec.root import Spec
+from runners.spec.yamlload import YAMLFieldError, safe_yaml
 
 
 class SpecError(ValueError):
@@ -63,40 +65,14 @@ def parse_spec(data: Any, *, stored: bool = False) -> Spec:
         raise SpecError(errors_from(exc)) from None
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors and aliases: a few hundred bytes of nested aliases expand
-    to gigabytes ("billion laughs"), and a spec never needs them."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.constructor.ConstructorError(
-                None, None, "YAML aliases (*name) are not accepted", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def safe_yaml(text: str) -> Any:
-    """Parse YAML or JSON text the way every spec reader must: safe types, no aliases.
-
-    Raises yaml.YAMLError with a problem_mark when the position is known; nesting too
-    deep and numbers Python cannot read (an integer of thousands of digits) are YAML
-    errors too, never anything else.
-    """
-    try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
-    except RecursionError:
-        raise yaml.YAMLError("nested too deeply") from None
-    except (ValueError, OverflowError) as exc:  # int('9' * 5000) in the int constructor
-        raise yaml.YAMLError(f"a value cannot be read: {str(exc)[:120]}") from None
-
-
 def loads_spec(text: str) -> Spec:
     """Parse YAML or JSON text (JSON is YAML) into a Spec, raising SpecError."""
     if len(text) > 1_000_000:
         raise SpecError([{"field": "", "message": "the spec is larger than 1 MB"}])
     try:
         data = safe_yaml(text)
+    except YAMLFieldError as exc:
+        raise SpecError([{"field": exc.field, "message": exc.message}]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -19,11 +19,11 @@ from runners.spec.common import Strict, _safe
 # A DNS-1123 label ("kueue" LocalQueue names are also label values: 63 characters at most).
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 # A DNS-1123 subdomain: what PriorityClass and RuntimeClass names are (253 at most).
-_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
-_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*\Z")
+_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?\Z")
 # An extended resource: 'domain/name' outside kubernetes.io (nvidia.com/gpu, amd.com/gpu,
 # nvidia.com/mig-1g.10gb).
-_RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
 PlacementKind = Literal["queue", "priority_class", "runtime_class", "gpu_resource"]
 
@@ -68,7 +68,7 @@ def placement_name_problem(kind: PlacementKind, value: str) -> str | None:
     return None if ok else f"{value!r} is not {_WHAT[kind]}"
 
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\Z")
 _FACTORS = {
     None: 1,
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,

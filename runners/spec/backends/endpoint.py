@@ -18,11 +18,13 @@ if TYPE_CHECKING:
     from runners.spec.root import Spec
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# \A...\Z, never ^...$: '$' also matches before a trailing newline ("http://h:8000\n").
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_SECRET_NAME = re.compile(r"\A[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_SECRET_KEY = re.compile(r"\A[-._A-Za-z0-9]{1,253}\Z")
 _URL = re.compile(
-    r"^(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?)"
-    r"(?::(?P<port>[0-9]{1,5}))?(?P<path>(?:/[A-Za-z0-9._~\-]+)*)/?$"
+    r"\A(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.\-]*[A-Za-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?(?P<path>(?:/[A-Za-z0-9._~\-]+)*)/?\Z"
 )
 
 
@@ -71,7 +73,7 @@ class APIKey(Strict):
     @field_validator("key")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not re.match(r"^[-._A-Za-z0-9]{1,253}$", v):
+        if not _SECRET_KEY.match(v):
             raise ValueError("key must be a Secret key (letters, digits, '-', '_', '.')")
         return v
 
