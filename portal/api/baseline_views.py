@@ -125,15 +125,18 @@ class RunBaseline(APIView):
         return Response(status=204)
 
 
+LIST_PARAMS = [
+    OpenApiParameter("label", str, description="Exactly this label."),
+    OpenApiParameter("fingerprint", str, description="Runs of this fingerprint."),
+    OpenApiParameter("owner", str, description="'me' or a username."),
+    *PAGE_PARAMS,
+]
+
+
 class BaselineList(APIView):
     @extend_schema(
         operation_id="labels_list",
-        parameters=[
-            OpenApiParameter("label", str, description="Exactly this label."),
-            OpenApiParameter("fingerprint", str, description="Runs of this fingerprint."),
-            OpenApiParameter("owner", str, description="'me' or a username."),
-            *PAGE_PARAMS,
-        ],
+        parameters=LIST_PARAMS,
         responses=paginated(BaselineSerializer),
         description="Labels on runs you can see, newest run first, paginated.",
     )
@@ -236,7 +239,10 @@ class OldBaselineList(BaselineList):
     """``/baselines/``: the old route of ``BaselineList`` (deprecated)."""
 
     @extend_schema(
-        operation_id="baselines_list_old", deprecated=True, responses=BaselineSerializer(many=True)
+        operation_id="baselines_list_old",
+        deprecated=True,
+        parameters=LIST_PARAMS,
+        responses=paginated(BaselineSerializer),
     )
     def get(self, request: Request) -> Response:
         return super().get(request)

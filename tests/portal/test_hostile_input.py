@@ -446,7 +446,8 @@ def test_query_parameters_apply_to_json_and_yaml_bodies_alike(world: World) -> N
 
 def test_the_schema_shows_paginated_lists_as_they_are_answered(world: World) -> None:
     schema = world.api.get("/api/v1/schema/?format=json").json()
-    for path, operation in (("/api/v1/runs/", "get"), ("/api/v1/baselines/", "get")):
+    lists = ("/api/v1/runs/", "/api/v1/labels/", "/api/v1/baselines/")
+    for path, operation in ((p, "get") for p in lists):
         op = schema["paths"][path][operation]
         ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
         envelope = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
