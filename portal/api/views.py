@@ -163,7 +163,9 @@ class RunListCreate(APIView):
             # A spec given as YAML/JSON text inside the JSON body.
             data = {**data, "spec": load_yaml(data["spec"])}
         req = intake.spec_from_request(data, request.user)
-        run = intake.create_run(request.user, req.spec, req.name, is_public=req.is_public)
+        run = intake.create_run(
+            request.user, req.spec, req.name, is_public=req.is_public, token=request.auth
+        )
         body = dict(RunSerializer(run, context={"request": request}).data)
         if req.warnings:
             # What the executor may not give it (preflight): queued anyway, said at once.
