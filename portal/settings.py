@@ -50,7 +50,7 @@ Variables (default in brackets):
     create its container before the run fails [120]
 - SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
 - SERVEBENCH_LOCAL_SLOTS: runners the local executor runs at once; the rest wait in the
-  queue, first come first served [1: a benchmark owns the machine]
+  queue, by priority then first come first served [1: a benchmark owns the machine]
 - SERVEBENCH_LOCAL_ISOLATION: ``auto`` (PID and mount namespaces when ``unshare`` works
   here, else a process group and a subreaper), ``namespaces`` (required), ``none`` [auto]
 - SERVEBENCH_HOME: dev services, data, quickstart key [$SERVEBENCH_CACHE or ~/.cache/servebench]

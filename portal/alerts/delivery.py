@@ -50,8 +50,8 @@ class Permanent(Exception):
 
 
 def backoff(attempt: int, rng: random.Random | None = None) -> float:
-    """Seconds before retry number ``attempt`` (1 = the first retry): full jitter over
-    an exponential ceiling."""
+    """Seconds before retry number ``attempt`` (1 = the first retry): drawn between half
+    and all of an exponential ceiling (jitter, so receivers are not hit all at once)."""
     first = float(settings.SERVEBENCH_WEBHOOK_RETRY_SECONDS)
     ceiling = min(MAX_DELAY, first * (2 ** max(0, attempt - 1)))
     return (rng or random).uniform(ceiling / 2, ceiling)

@@ -143,6 +143,14 @@ class Run(models.Model):
         related_name="submitted_runs",
         help_text="The CI token it was submitted with (none: the web form, a schedule...).",
     )
+    schedule = models.ForeignKey(
+        "schedules.Schedule",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        help_text="The schedule that submitted it (portal.schedules), if one did.",
+    )
     # Retention (portal.ops.retention): when the bulky parts were deleted; aggregates stay.
     samples_expired_at = models.DateTimeField(null=True, blank=True)
     telemetry_expired_at = models.DateTimeField(null=True, blank=True)

@@ -165,8 +165,3 @@ def set_enabled(schedule: Schedule, enabled: bool) -> Schedule:
 
 def history(schedule: Schedule, limit: int = 20) -> QuerySet[Firing]:
     return schedule.firings.select_related("run").order_by("-due_at")[:limit]
-
-
-def made_by(run: Any) -> Firing | None:
-    """The firing that submitted ``run`` (the run page names its schedule), or None."""
-    return Firing.objects.select_related("schedule").filter(run=run).first()

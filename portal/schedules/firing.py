@@ -31,6 +31,7 @@ from django.utils import timezone
 from portal.accounts.quotas import QuotaExceeded
 from portal.alerts.evaluate import notify
 from portal.benchmarks import baselines, intake
+from portal.benchmarks.models import Run
 from portal.schedules import cadence
 from portal.schedules.models import Firing, Schedule
 from runners import spec as rs
@@ -78,6 +79,7 @@ def fire(schedule: Schedule, now: datetime) -> Firing | None:
                 run = intake.create_run(
                     schedule.owner, schedule.spec, name, is_public=schedule.is_public
                 )
+                Run.objects.filter(pk=run.pk).update(schedule=schedule)
                 baselines.mark(run, schedule.owner, schedule.label)
         except QuotaExceeded as exc:
             refusal = f"fair use: {exc}"

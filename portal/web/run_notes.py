@@ -1,6 +1,7 @@
 """What a run page says about where the run came from and what of it is gone: the
 schedule that submitted it (``portal.schedules``) and the parts retention deleted
-(``portal.ops.retention``). Two small queries; none for a run with neither."""
+(``portal.ops.retention``, read from the run's own columns). No query for a run no
+schedule made."""
 
 from __future__ import annotations
 
@@ -11,24 +12,23 @@ from django.urls import reverse
 from portal.benchmarks import queries
 from portal.benchmarks.models import Run
 from portal.ops import retention
-from portal.schedules.editing import made_by
+from portal.schedules.models import Schedule
 
 
 def notes(user: Any, run: Run) -> list[dict[str, str]]:
-    """``[{"id", "text", "url"}]``: the schedule (its page linked for who manages the run),
-    then one line per expired part ("Per-request samples expired on DATE (retention N
-    days).")."""
+    """``[{"id", "text", "url"}]``: the schedule that submitted the run (its page linked
+    for who manages the run; one query, only for a scheduled run), then one line per
+    expired part ("Per-request samples expired on DATE (retention N days).")."""
     out = []
-    firing = made_by(run)
-    if firing is not None:
-        schedule = firing.schedule
+    schedule = Schedule.objects.filter(pk=run.schedule_id).first() if run.schedule_id else None
+    if schedule is not None:
         manager = queries.may_manage(user, run)
         out.append(
             {
                 "id": "made-by-schedule",
                 "text": (
-                    f"Submitted by the schedule {schedule.name!r} ({schedule.describe()}) for "
-                    f"{firing.due_at:%Y-%m-%d %H:%M} UTC, labelled {schedule.label!r}."
+                    f"Submitted by the schedule {schedule.name!r} ({schedule.describe()}), "
+                    f"labelled {schedule.label!r}."
                 ),
                 "url": reverse("web:schedule", args=[schedule.public_id]) if manager else "",
             }
