@@ -2,7 +2,9 @@
 
 Configuration comes from Django settings (``CELERY_*``): Redis broker, JSON only, late
 acks, no result backend, and the beat schedule table. Tasks live in
-``portal.dispatch.tasks`` under explicit names (``servebench.dispatch``...).
+``portal.dispatch.tasks`` under explicit names (``servebench.dispatch``...); alerts,
+schedules and retention in ``portal.alerts.tasks``, ``portal.schedules.tasks`` and
+``portal.ops.tasks``.
 """
 
 import os
@@ -13,4 +15,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("servebench")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["portal.dispatch"])
+app.autodiscover_tasks(["portal.dispatch", "portal.alerts", "portal.schedules", "portal.ops"])

@@ -60,7 +60,7 @@ Variables (default in brackets):
     SERVEBENCH_K8S_SHM_MAX: /dev/shm per GPU of the largest server, and its cap [none]
 - SERVEBENCH_RUNNER_PYTHON: interpreter for ``-m runners`` (local executor) [this one]
 - SERVEBENCH_LOCAL_SLOTS: runners the local executor runs at once; the rest wait in the
-  queue, first come first served [1: a benchmark owns the machine]
+  queue, by priority then first come first served [1: a benchmark owns the machine]
 - SERVEBENCH_LOCAL_ISOLATION: ``auto`` (PID and mount namespaces when ``unshare`` works
   here, else a process group and a subreaper), ``namespaces`` (required), ``none`` [auto]
 - SERVEBENCH_HOME: dev services, data, quickstart key [$SERVEBENCH_CACHE or ~/.cache/servebench]
@@ -105,10 +105,41 @@ Variables (default in brackets):
   filled when a run ends: first visits are warm too) [memory];
   SERVEBENCH_PAGE_CACHE_URL: its Redis when not REDIS_URL's database [REDIS_URL]
 - SERVEBENCH_DB_CONN_MAX_AGE [60]; SERVEBENCH_LOG_LEVEL [INFO]
+- Running it for a team (docs/operations.md):
+  - Fair use (``portal.accounts.quotas``), 0 = no limit: SERVEBENCH_QUOTA_ACTIVE_RUNS
+    queued + running runs per user [50]; SERVEBENCH_QUOTA_GPU_HOURS GPU-hours per user in
+    any 24 h [0]; SERVEBENCH_QUOTA_TOKEN_ACTIVE_RUNS, SERVEBENCH_QUOTA_TOKEN_GPU_HOURS the
+    same per CI token [25, 0]. Per-user and per-token overrides and priorities: Django admin.
+  - API rates (``portal.api.throttling``), ``N/s|min|hour|day`` or 0: SERVEBENCH_RATE_ANON
+    per client address without a token [300/min]; SERVEBENCH_RATE_USER per signed-in user
+    [1200/min]; SERVEBENCH_RATE_CI per user on CI tokens [1200/min]; SERVEBENCH_RATE_RUNNER
+    per run token [6000/min]; SERVEBENCH_RATE_SUBMIT run submissions per user [120/hour]
+  - SERVEBENCH_SIGNIN_FAILURES_PER_USERNAME [10/900], SERVEBENCH_SIGNIN_FAILURES_PER_ADDRESS
+    [50/900]: failed sign-ins before 429 (``portal.accounts.signin``); SERVEBENCH_PROXY_HOPS:
+    proxies appending X-Forwarded-For in front of the web [0]; SERVEBENCH_COUNTERS_URL:
+    the Redis those counters live in [REDIS_URL]
+  - Alerts (``portal.alerts``): SERVEBENCH_WEBHOOK_HOSTS: webhook hosts, entries as
+    SERVEBENCH_ENDPOINT_HOSTS' [none]; SERVEBENCH_WEBHOOK_ALLOW_PRIVATE: private, loopback
+    and link-local addresses [false]; SERVEBENCH_WEBHOOK_TIMEOUT [10 s];
+    SERVEBENCH_WEBHOOK_ATTEMPTS [6]; SERVEBENCH_WEBHOOK_RETRY_SECONDS: first retry's delay,
+    doubling with jitter up to 10 min [30]; SERVEBENCH_ALERT_EMAIL_DOMAINS: domains alerts may mail
+    besides the subscriber's own address [none]; SERVEBENCH_EMAIL_HOST (none: no email
+    alerts), SERVEBENCH_EMAIL_PORT [25], SERVEBENCH_EMAIL_USER, SERVEBENCH_EMAIL_PASSWORD
+    (or _FILE), SERVEBENCH_EMAIL_SECURITY none|starttls|tls [none], SERVEBENCH_EMAIL_FROM
+    [servebench@<public host>]
+  - Schedules (``portal.schedules``): SERVEBENCH_SCHEDULES_PER_USER [20];
+    SERVEBENCH_SCHEDULE_MIN_HOURS: the shortest "every N hours" [1]; SERVEBENCH_TICK_SECONDS:
+    period of the beat tasks that fire schedules and judge labelled runs for alerts [60]
+  - Retention (``portal.ops.retention``), days after a run ended, 0 = forever:
+    SERVEBENCH_RETAIN_SAMPLES_DAYS, SERVEBENCH_RETAIN_TELEMETRY_DAYS,
+    SERVEBENCH_RETAIN_LOGS_DAYS [0]
+  - /metrics (``portal.ops.metrics``): SERVEBENCH_METRICS_TOKEN (bearer, 16+ characters)
+    and/or SERVEBENCH_METRICS_NETWORKS (comma-separated CIDRs) [neither: /metrics is off]
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import secrets
@@ -117,9 +148,10 @@ import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.lib import env
+from portal.lib import env, rates
 from runners import credentials
 from runners.spec.resources import PlacementKind, placement_name_problem, quantity_bytes
 
@@ -395,10 +427,10 @@ SERVEBENCH_K8S_ALLOWED_NODE_SELECTOR_KEYS = env.strings(
 # '*.suffix' for every name under a domain (e.g. '*.svc.cluster.local'), each optionally
 # ':port' [none: endpoint backends are refused]. A runner sends load (and a key) there.
 SERVEBENCH_ENDPOINT_HOSTS = env.strings("SERVEBENCH_ENDPOINT_HOSTS", [])
+# One entry: a host, '*.domain' or '[v6]', each with an optional ':port' (webhooks reuse it).
+_HOST_ENTRY = r"(\*\.)?([A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
 for _host in SERVEBENCH_ENDPOINT_HOSTS:
-    if not re.fullmatch(
-        r"(\*\.)?([A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?", _host
-    ):
+    if not re.fullmatch(_HOST_ENTRY, _host):
         raise ImproperlyConfigured(
             f"SERVEBENCH_ENDPOINT_HOSTS: {_host!r} is not a host, '*.domain' or either with ':port'"
         )
@@ -475,6 +507,96 @@ for _entry in env.strings("SERVEBENCH_GPU_HOUR_PRICES", []):
 SERVEBENCH_PRICE_CURRENCY = env.string("SERVEBENCH_PRICE_CURRENCY", "USD")
 # ----- Energy and cost: end
 
+# ----- Running it for a team (issue 24; docs/operations.md): begin
+# Fair use (portal/accounts/quotas.py): queued + running runs, and GPU-hours in the last
+# 24 h (gpu_count x timeout while a run waits or runs, the GPU time it held once it ended),
+# per user and per CI token; 0 = no limit. The admin overrides them per user (Django
+# admin: Quotas) and per token (API tokens), and grants priorities there.
+SERVEBENCH_QUOTA_ACTIVE_RUNS = env.integer("SERVEBENCH_QUOTA_ACTIVE_RUNS", 50, minimum=0)
+SERVEBENCH_QUOTA_GPU_HOURS = env.integer("SERVEBENCH_QUOTA_GPU_HOURS", 0, minimum=0)
+SERVEBENCH_QUOTA_TOKEN_ACTIVE_RUNS = env.integer(
+    "SERVEBENCH_QUOTA_TOKEN_ACTIVE_RUNS", 25, minimum=0
+)
+SERVEBENCH_QUOTA_TOKEN_GPU_HOURS = env.integer("SERVEBENCH_QUOTA_TOKEN_GPU_HOURS", 0, minimum=0)
+# API rates (portal/api/throttling.py): N/s|min|hour|day, 0 = none. Counted in Redis
+# (SERVEBENCH_COUNTERS_URL), so every web process shares them; a Redis outage lets requests
+# through rather than refusing them all.
+SERVEBENCH_RATES = {
+    "anon": rates.rate("SERVEBENCH_RATE_ANON", "300/min"),
+    "user": rates.rate("SERVEBENCH_RATE_USER", "1200/min"),
+    "ci": rates.rate("SERVEBENCH_RATE_CI", "1200/min"),
+    "runner": rates.rate("SERVEBENCH_RATE_RUNNER", "6000/min"),
+    "submit": rates.rate("SERVEBENCH_RATE_SUBMIT", "120/hour"),
+}
+# Failed sign-ins (portal/accounts/signin.py), per username and per client address, before
+# the password hasher runs.
+SERVEBENCH_SIGNIN_FAILURES_PER_USERNAME = rates.rate(
+    "SERVEBENCH_SIGNIN_FAILURES_PER_USERNAME", "10/900"
+)
+SERVEBENCH_SIGNIN_FAILURES_PER_ADDRESS = rates.rate(
+    "SERVEBENCH_SIGNIN_FAILURES_PER_ADDRESS", "50/900"
+)
+# Proxies in front of the web that append to X-Forwarded-For: the client's address is the
+# entry this many from the end [0: REMOTE_ADDR].
+SERVEBENCH_PROXY_HOPS = env.integer("SERVEBENCH_PROXY_HOPS", 0, minimum=0)
+SERVEBENCH_COUNTERS_URL = env.cache_location(
+    env.broker(env.string("SERVEBENCH_COUNTERS_URL", REDIS_URL), "SERVEBENCH_COUNTERS_URL"),
+    "SERVEBENCH_COUNTERS_URL",
+)
+SERVEBENCH_COUNTERS_PREFIX = f"{env.string('SERVEBENCH_QUEUE', 'servebench')}-counters"
+AUTHENTICATION_BACKENDS = ["portal.accounts.signin.ThrottledModelBackend"]
+
+# Alerts (portal/alerts): webhook hosts, as SERVEBENCH_ENDPOINT_HOSTS' entries; private,
+# loopback and link-local addresses only with SERVEBENCH_WEBHOOK_ALLOW_PRIVATE.
+SERVEBENCH_WEBHOOK_HOSTS = env.strings("SERVEBENCH_WEBHOOK_HOSTS", [])
+for _host in SERVEBENCH_WEBHOOK_HOSTS:
+    if not re.fullmatch(_HOST_ENTRY, _host):
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_WEBHOOK_HOSTS: {_host!r} is not a host, '*.domain' or either with ':port'"
+        )
+SERVEBENCH_WEBHOOK_ALLOW_PRIVATE = env.boolean("SERVEBENCH_WEBHOOK_ALLOW_PRIVATE", False)
+SERVEBENCH_WEBHOOK_TIMEOUT = env.integer("SERVEBENCH_WEBHOOK_TIMEOUT", 10, minimum=1)
+SERVEBENCH_WEBHOOK_ATTEMPTS = env.integer("SERVEBENCH_WEBHOOK_ATTEMPTS", 6, minimum=1)
+# The first retry's delay; each next one doubles, with jitter, up to 10 minutes.
+SERVEBENCH_WEBHOOK_RETRY_SECONDS = env.integer("SERVEBENCH_WEBHOOK_RETRY_SECONDS", 30, minimum=1)
+SERVEBENCH_ALERT_EMAIL_DOMAINS = [
+    domain.lower() for domain in env.strings("SERVEBENCH_ALERT_EMAIL_DOMAINS", [])
+]
+EMAIL_HOST = env.string("SERVEBENCH_EMAIL_HOST", "")
+EMAIL_PORT = env.integer("SERVEBENCH_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env.string("SERVEBENCH_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env.string("SERVEBENCH_EMAIL_PASSWORD", "")
+_email_security = env.choice("SERVEBENCH_EMAIL_SECURITY", "none", ("none", "starttls", "tls"))
+EMAIL_USE_TLS, EMAIL_USE_SSL = _email_security == "starttls", _email_security == "tls"
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env.string("SERVEBENCH_EMAIL_FROM", f"servebench@{_public.hostname}")
+
+# Schedules (portal/schedules): how many one user may keep, and the shortest period.
+SERVEBENCH_SCHEDULES_PER_USER = env.integer("SERVEBENCH_SCHEDULES_PER_USER", 20, minimum=0)
+SERVEBENCH_SCHEDULE_MIN_HOURS = env.integer("SERVEBENCH_SCHEDULE_MIN_HOURS", 1, minimum=1)
+# Period of the beat tasks that fire due schedules and judge labelled runs (alerts).
+SERVEBENCH_TICK_SECONDS = env.integer("SERVEBENCH_TICK_SECONDS", 60, minimum=1)
+
+# Retention (portal/ops/retention.py), in days after a run ended; 0 = forever. Summaries,
+# measurements and environments stay forever.
+SERVEBENCH_RETAIN_SAMPLES_DAYS = env.integer("SERVEBENCH_RETAIN_SAMPLES_DAYS", 0, minimum=0)
+SERVEBENCH_RETAIN_TELEMETRY_DAYS = env.integer("SERVEBENCH_RETAIN_TELEMETRY_DAYS", 0, minimum=0)
+SERVEBENCH_RETAIN_LOGS_DAYS = env.integer("SERVEBENCH_RETAIN_LOGS_DAYS", 0, minimum=0)
+
+# /metrics (portal/ops/metrics.py): off unless a token or networks are set.
+SERVEBENCH_METRICS_TOKEN = env.string("SERVEBENCH_METRICS_TOKEN", "")
+if SERVEBENCH_METRICS_TOKEN and len(SERVEBENCH_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("SERVEBENCH_METRICS_TOKEN is shorter than 16 characters")
+SERVEBENCH_METRICS_NETWORKS = env.strings("SERVEBENCH_METRICS_NETWORKS", [])
+for _net in SERVEBENCH_METRICS_NETWORKS:
+    try:
+        ipaddress.ip_network(_net, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"SERVEBENCH_METRICS_NETWORKS: {_net!r} is not an address or network (e.g. 10.0.0.0/8)"
+        ) from None
+# ----- Running it for a team: end
+
 # --------------------------------------------------------------------------- Django
 
 INSTALLED_APPS = [
@@ -493,9 +615,15 @@ INSTALLED_APPS = [
     "portal.dispatch",
     "portal.api",
     "portal.web",
+    "portal.alerts",
+    "portal.schedules",
+    "portal.ops",
 ]
 
 MIDDLEWARE = [
+    # /metrics (answered here, whatever the Host: Prometheus scrapes pod addresses) and the
+    # count of 5xx answers (portal/ops/middleware.py).
+    "portal.ops.middleware.OpsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.lib.security.SecurityHeadersMiddleware",
     "portal.lib.gzipbody.GzipRequestMiddleware",
@@ -654,6 +782,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    # SERVEBENCH_RATES (portal/api/throttling.py): 429 with Retry-After.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "portal.api.throttling.ScopedRateThrottle",
+        "portal.api.throttling.SubmitRateThrottle",
+    ],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -701,6 +834,25 @@ CELERY_BEAT_SCHEDULE = {
         "task": "servebench.reconcile",
         "schedule": float(SERVEBENCH_RECONCILE_SECONDS),
         "options": {"expires": SERVEBENCH_RECONCILE_SECONDS * 0.8},
+    },
+    # Due schedules submit their runs (portal/schedules); a claim is a conditional update,
+    # so two beats cannot submit one twice.
+    "schedules": {
+        "task": "servebench.schedules.tick",
+        "schedule": float(SERVEBENCH_TICK_SECONDS),
+        "options": {"expires": SERVEBENCH_TICK_SECONDS * 0.8},
+    },
+    # Succeeded runs of labelled series judged against the previous run (portal/alerts).
+    "alerts": {
+        "task": "servebench.alerts.scan",
+        "schedule": float(SERVEBENCH_TICK_SECONDS),
+        "options": {"expires": SERVEBENCH_TICK_SECONDS * 0.8},
+    },
+    # Expired samples, telemetry and logs deleted (portal/ops/retention.py).
+    "retention": {
+        "task": "servebench.retention",
+        "schedule": crontab(hour=3, minute=17),
+        "options": {"expires": 3600.0},
     },
 }
 

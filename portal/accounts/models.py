@@ -1,4 +1,4 @@
-"""API tokens. Users themselves are Django's ``auth.User``."""
+"""API tokens and fair-use quotas. Users themselves are Django's ``auth.User``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,23 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Fair use (portal.accounts.quotas), set by an admin; empty: the settings' defaults
+    # for tokens (SERVEBENCH_QUOTA_TOKEN_*) and the owner's priority.
+    priority = models.SmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Queue priority of runs submitted with this token (empty: the owner's).",
+    )
+    max_active_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Queued + running runs this token may have (empty: the default; 0: none).",
+    )
+    gpu_hours_per_day = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPU-hours this token's runs may take in any 24 h (empty: the default).",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -68,6 +85,40 @@ class ApiToken(models.Model):
 # What a token's plaintext starts with, by kind (``portal.accounts.tokens`` issues and
 # parses them).
 PREFIXES = {ApiToken.Kind.CI: "sb_ci_", ApiToken.Kind.RUN: "sb_run_"}
+
+
+class Quota(models.Model):
+    """An admin's fair-use settings for one user, over the settings' defaults
+    (``SERVEBENCH_QUOTA_*``): an empty limit is the default; 0 for a limit means no runs.
+
+    ``priority`` orders the queue: the dispatcher takes higher priorities first, first
+    come, first served within one (``portal.dispatch.dispatcher.fill_slots``). Users
+    without a row have priority 0 and the default limits.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="quota"
+    )
+    max_active_runs = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Queued + running runs (empty: the default)."
+    )
+    gpu_hours_per_day = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPU-hours in any 24 h: gpu_count x timeout while a run waits or runs, "
+        "the GPU time it held once it ended (empty: the default).",
+    )
+    unlimited = models.BooleanField(
+        default=False, help_text="No limits at all (service accounts, the admins' own runs)."
+    )
+    priority = models.SmallIntegerField(
+        default=0, help_text="Higher runs first; runs of equal priority, oldest first."
+    )
+    note = models.CharField(max_length=200, blank=True, help_text="Why (for other admins).")
+
+    def __str__(self) -> str:
+        return f"quota of {self.user}"
+
 
 # The permission's full name, as ``user.has_perm`` takes it.
 TRUST_REMOTE_CODE = "accounts.trust_remote_code"

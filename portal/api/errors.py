@@ -24,11 +24,14 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from portal.accounts.quotas import QuotaExceeded
 from portal.api.parsers import BodyRefused
 from portal.benchmarks.ingestion import IngestRefused
 from portal.benchmarks.lifecycle import RunFinished
 from portal.benchmarks.policy import SpecForbidden
 from portal.benchmarks.queries import FilterError
+from portal.ops import counters
+from portal.ops.metrics import refusal_label
 from runners import spec as rs
 from runners.spec import renderable
 
@@ -93,7 +96,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's EXCEPTION_HANDLER: every known error becomes the JSON shape above."""
     headers: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    if isinstance(exc, SpecForbidden):
+    if isinstance(exc, QuotaExceeded):
+        code, status_code, message = "quota_exceeded", exc.status, str(exc)
+        fields = [{"field": exc.field, "message": message}] if exc.field else []
+        extra["quota"] = exc.as_dict()
+        if exc.retry_after() is not None:
+            headers["Retry-After"] = str(exc.retry_after())
+    elif isinstance(exc, SpecForbidden):
         code, status_code, fields, message = "forbidden_field", 403, exc.errors, str(exc)
     elif isinstance(exc, rs.SpecError):
         code, status_code, fields = "invalid_spec", 400, exc.errors
@@ -151,6 +160,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if status_code == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="servebench"'
     set_rollback()
+    if status_code == 400 and "/runner/" in getattr(context.get("request"), "path", ""):
+        # A runner report refused (/metrics: servebench_ingestion_refusals_total).
+        counters.add("ingestion_refusals", refusal_label(fields[0]["field"] if fields else ""))
     body = error_body(code, message, fields)
     body.update(extra)
     return Response(body, status=status_code, headers=headers)

@@ -7,7 +7,15 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
-from portal.api import baseline_views, compare_views, logs_views, runner_views, views
+from portal.api import (
+    alert_views,
+    baseline_views,
+    compare_views,
+    logs_views,
+    runner_views,
+    schedule_views,
+    views,
+)
 
 app_name = "api"
 
@@ -32,6 +40,21 @@ urlpatterns = [
     path("compare/", compare_views.Compare.as_view(), name="compare"),
     path("history/", compare_views.History.as_view(), name="history"),
     path("spec-schema/", views.SpecSchema.as_view(), name="spec-schema"),
+    path("quota/", alert_views.Quota.as_view(), name="quota"),
+    path("alerts/subscriptions/", alert_views.Subscriptions.as_view(), name="subscriptions"),
+    path(
+        "alerts/subscriptions/<str:public_id>/",
+        alert_views.SubscriptionDetail.as_view(),
+        name="subscription",
+    ),
+    path("alerts/deliveries/", alert_views.Deliveries.as_view(), name="deliveries"),
+    path("schedules/", schedule_views.Schedules.as_view(), name="schedules"),
+    path("schedules/<str:public_id>/", schedule_views.ScheduleDetail.as_view(), name="schedule"),
+    path(
+        "schedules/<str:public_id>/firings",
+        schedule_views.ScheduleFirings.as_view(),
+        name="schedule-firings",
+    ),
     path(
         "runner/runs/<str:public_id>/events",
         runner_views.RunnerEvents.as_view(),

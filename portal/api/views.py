@@ -199,7 +199,9 @@ class RunListCreate(APIView):
         if isinstance(data, dict):
             data = {**data, **_create_params(request, data)}
         req = intake.spec_from_request(data, request.user)
-        run = intake.create_run(request.user, req.spec, req.name, is_public=req.is_public)
+        run = intake.create_run(
+            request.user, req.spec, req.name, is_public=req.is_public, token=request.auth
+        )
         body = dict(RunSerializer(run, context={"request": request}).data)
         if req.warnings:
             # What the executor may not give it (preflight): queued anyway, said at once.

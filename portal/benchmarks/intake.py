@@ -6,8 +6,9 @@ Views (API and web), management commands and re-runs create runs here, nowhere e
   ``{"preset": ...}``) -> ``RunRequest``, or ``runners.spec.SpecError`` with fields
   prefixed by where they were found (``spec.workload.input_len``).
 - ``create_run(owner, spec, name)``: validate with ``runners.spec`` and this portal's
-  ``policy``, store a queued run, and enqueue its dispatch after commit. Raises
-  ``SpecError`` (nothing stored or queued).
+  ``policy``, check fair use (``portal.accounts.quotas``: limits and the run's priority),
+  store a queued run, and enqueue its dispatch after commit. Raises ``SpecError`` or
+  ``QuotaExceeded`` (nothing stored or queued).
 - ``identity(spec, environment)`` and ``backend_labels(spec)``: the run's columns
   that a spec decides.
 
@@ -24,6 +25,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from portal.accounts import quotas
+from portal.accounts.models import ApiToken
 from portal.benchmarks import policy, preflight, presets
 from portal.benchmarks.lifecycle import enqueue_dispatch
 from portal.benchmarks.models import Run
@@ -138,17 +141,23 @@ def create_run(
     name: str | None = None,
     *,
     is_public: bool = False,
+    token: ApiToken | None = None,
 ) -> Run:
-    """Validate ``spec`` (raises SpecError: nothing stored), store a queued run, and
-    enqueue its dispatch once the transaction commits."""
+    """Validate ``spec`` (raises SpecError: nothing stored), check fair use (raises
+    ``quotas.QuotaExceeded``: nothing stored; ``token``: the CI token it came with), store
+    a queued run, and enqueue its dispatch once the transaction commits."""
     parsed = coerce_spec(spec)
     policy.check_image(parsed)
     policy.check(parsed, owner)
     run_name = (name or parsed.name or f"{parsed.model.id}").strip()[:200]
     gpu_type = parsed.resources.gpu_type or ""
+    token = token if isinstance(token, ApiToken) and token.kind == ApiToken.Kind.CI else None
     with transaction.atomic():
+        priority = quotas.admit(owner, parsed, token)
         found = identity(parsed)
         run = Run.objects.create(
+            priority=priority,
+            api_token=token,
             owner=owner,
             name=run_name,
             spec=parsed.model_dump(mode="json"),

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.lib.logctx import short
@@ -142,6 +142,31 @@ class Run(models.Model):
     )
     is_public = models.BooleanField(default=False)
 
+    # Fair use (portal.accounts.quotas): the queue takes higher priorities first (the
+    # owner's or the token's, as an admin set them when the run was submitted), and a CI
+    # token's runs count against the token's own limits.
+    priority = models.SmallIntegerField(default=0)
+    api_token = models.ForeignKey(
+        "accounts.ApiToken",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="submitted_runs",
+        help_text="The CI token it was submitted with (none: the web form, a schedule...).",
+    )
+    schedule = models.ForeignKey(
+        "schedules.Schedule",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        help_text="The schedule that submitted it (portal.schedules), if one did.",
+    )
+    # Retention (portal.ops.retention): when the bulky parts were deleted; aggregates stay.
+    samples_expired_at = models.DateTimeField(null=True, blank=True)
+    telemetry_expired_at = models.DateTimeField(null=True, blank=True)
+    logs_expired_at = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
@@ -176,6 +201,27 @@ class Run(models.Model):
             # verdict's noise series adds AND owner_id, status, config_fingerprint (a
             # handful of rows per fingerprint: filtered on the index's rows).
             models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
+            # The dispatcher's claim order: WHERE status = 'queued'
+            # ORDER BY priority DESC, created_at, id (and a queued run's place in it).
+            models.Index(
+                F("priority").desc(),
+                "created_at",
+                "id",
+                condition=Q(status=RunStatus.QUEUED),
+                name="run_queue_order",
+            ),
+            # Fair use at every submit: WHERE owner_id = %s AND status IN (active), and
+            # WHERE api_token_id = %s AND status IN (active).
+            models.Index(
+                fields=["owner"],
+                condition=Q(status__in=list(ACTIVE_STATUSES)),
+                name="run_owner_active",
+            ),
+            models.Index(
+                fields=["api_token"],
+                condition=Q(status__in=list(ACTIVE_STATUSES)),
+                name="run_token_active",
+            ),
             # Slot accounting at every dispatch: WHERE holds_slot (a handful of rows).
             models.Index(
                 fields=["executor"], condition=Q(holds_slot=True), name="run_slot_holders"

@@ -79,6 +79,15 @@ def load(name: str) -> dict[str, Any]:
         return {}
 
 
+def delete(name: str) -> bool:
+    """Remove one object (retention: ``portal.ops.retention``); False if it was not there."""
+    storage = _storage()
+    if not storage.exists(name):
+        return False
+    storage.delete(name)
+    return True
+
+
 def delete_run(run_public_id: str) -> None:
     """Remove every object of one run (when the run itself is deleted)."""
     storage = _storage()

@@ -52,6 +52,7 @@ from portal.accounts.models import ApiToken
 from portal.accounts.tokens import issue_token, revoke_token
 from portal.benchmarks.lifecycle import deadline_for, enqueue_dispatch, transition
 from portal.benchmarks.models import FINAL_STATUSES, Run, RunStatus
+from portal.benchmarks.queue import CLAIM_ORDER
 from portal.dispatch.executors import (
     Executor,
     ExecutorError,
@@ -243,7 +244,7 @@ def fill_slots(executor: Executor) -> dict[int | str, str]:
         release_slots(executor)
         holders = Run.objects.filter(holds_slot=True, executor=executor.name)
         free = executor.slots - holders.count()
-        queued = Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at", "id")
+        queued = Run.objects.filter(status=RunStatus.QUEUED).order_by(*CLAIM_ORDER)
         claimed = []
         for pk in queued.values_list("pk", flat=True)[: max(free, 0)]:
             failpoints.hit("dispatch.before-claim")

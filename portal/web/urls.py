@@ -1,19 +1,14 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.web.views import compare, history, runs, tokens
+from portal.accounts.signin import SignInView
+from portal.web.views import alerts, compare, history, runs, schedules, storage, tokens
 
 app_name = "web"
 
 urlpatterns = [
     path("", runs.home, name="home"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="web/login.html", redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="web:home"), name="logout"),
     path("runs/", runs.run_list, name="run-list"),
     path("runs/new/", runs.run_new, name="run-new"),
@@ -32,4 +27,9 @@ urlpatterns = [
     path("compare/", compare.compare_page, name="compare"),
     path("history/<str:fingerprint>/", history.history_page, name="history"),
     path("tokens/", tokens.tokens, name="tokens"),
+    path("alerts/", alerts.alerts_page, name="alerts"),
+    path("schedules/", schedules.schedule_list, name="schedules"),
+    path("schedules/<str:public_id>/", schedules.schedule_detail, name="schedule"),
+    path("schedules/<str:public_id>/action", schedules.schedule_action, name="schedule-action"),
+    path("staff/storage/", storage.storage_page, name="storage"),
 ]

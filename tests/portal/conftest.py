@@ -88,6 +88,16 @@ def _fresh_cache() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> Iterator[None]:
+    # Rate-limit windows live in Redis (portal.ops.counters) under this session's prefix;
+    # each test starts from zero, as a real client would after a quiet minute.
+    from portal.ops import counters
+
+    counters.clear_all_windows()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2's deliberate slowness costs ~0.5 s per user; tests are not an attack surface.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -238,6 +238,24 @@ AWS_ACCESS_KEY_ID: {{ .Values.secrets.awsAccessKeyId | b64enc | quote }}
 {{- if .Values.secrets.awsSecretAccessKey }}
 AWS_SECRET_ACCESS_KEY: {{ .Values.secrets.awsSecretAccessKey | b64enc | quote }}
 {{- end }}
+{{- if .Values.metrics.enabled }}
+SERVEBENCH_METRICS_TOKEN: {{ include "servebench.metricsToken" . | b64enc | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The /metrics bearer token: the value given, else the one already installed, else a new
+random one (as the SECRET_KEY).
+*/}}
+{{- define "servebench.metricsToken" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "servebench.fullname" .) }}
+{{- if .Values.metrics.token }}
+{{- .Values.metrics.token }}
+{{- else if and $existing $existing.data (hasKey $existing.data "SERVEBENCH_METRICS_TOKEN") }}
+{{- index $existing.data "SERVEBENCH_METRICS_TOKEN" | b64dec }}
+{{- else }}
+{{- randAlphaNum 40 }}
+{{- end }}
 {{- end }}
 
 {{/* Pod-level settings shared by the portal's pods. */}}
@@ -270,6 +288,9 @@ checksum/config: {{ include "servebench.config" . | sha256sum }}
 {{- if not .Values.existingSecret }}
 {{- with .Values.secrets }}
 checksum/secret: {{ printf "%s|%s|%s|%s|%s|%s" .secretKey .databaseUrl .redisUrl .tokenKey .awsAccessKeyId .awsSecretAccessKey | sha256sum }}
+{{- end }}
+{{- if .Values.metrics.enabled }}
+checksum/metrics: {{ .Values.metrics.token | sha256sum }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -23,6 +23,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from portal.accounts import quotas
 from portal.benchmarks import (
     baselines,
     documents,
@@ -36,7 +37,7 @@ from portal.benchmarks import (
 )
 from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run
 from portal.benchmarks.queue import queue_info
-from portal.web import run_page, tables
+from portal.web import run_notes, run_page, tables
 from portal.web.forms import RunForm, preset_yaml
 from runners import spec as rs
 
@@ -126,7 +127,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def run_new(request: HttpRequest) -> HttpResponse:
-    """The form (``portal.web.forms.RunForm``: the spec text is what runs)."""
+    """The form (``portal.web.forms.RunForm``: the spec text is what runs); a submit
+    refused by fair use is answered with the API's status (409 or 403) and its reason."""
+    refused: quotas.QuotaExceeded | None = None
     if request.method == "POST":
         form = RunForm(request.POST, user=request.user)
         if form.is_valid() and form.spec is not None:
@@ -137,6 +140,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
             except rs.SpecError as exc:  # the form checks the same rules first
                 for err in exc.errors:
                     form._spec_problem(err)
+            except quotas.QuotaExceeded as exc:  # fair use: the same refusal as the API's
+                refused = exc
             else:
                 messages.success(request, f"Run {run.short_id} is queued.")
                 for warning in form.warnings:
@@ -154,7 +159,14 @@ def run_new(request: HttpRequest) -> HttpResponse:
     state = form.state() if form.is_bound else None
     # Each preset's spec text, so choosing one fills the spec at once (then checked).
     texts = {name: preset_yaml(name) for name in presets.available()}
-    return render(request, "web/run_new.html", {"form": form, "state": state, "presets": texts})
+    context = {
+        "form": form,
+        "state": state,
+        "presets": texts,
+        "quota": quotas.summary(request.user),
+        "refused": refused,
+    }
+    return render(request, "web/run_new.html", context, status=refused.status if refused else 200)
 
 
 @login_required
@@ -182,6 +194,7 @@ def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
         context["history_url"] = reverse("web:history", args=[run.fingerprint]) + "?" + query
     context.update(
         run=run,
+        run_notes=run_notes.notes(request.user, run),
         status_url=reverse("web:run-status", args=[run.public_id]),
         log_url=reverse("web:run-log", args=[run.public_id]),
         absolute_url=request.build_absolute_uri(run.get_absolute_url()),
