@@ -8,7 +8,7 @@
     python -m runners gpu-check [--out F] [--record F]      # self-test of a new GPU node
 
 Exit codes: 0 every measurement succeeded, 1 some or all failed, 2 usage error or
-invalid spec, 130 interrupted (SIGINT or SIGTERM).
+invalid spec, 130 interrupted (SIGINT, SIGTERM or SIGHUP; see ``stop_on_signals``).
 
 The run token is read from SERVEBENCH_RUN_TOKEN (preferred: arguments show up in
 ``ps`` and in Kubernetes pod specs) or ``--token``.
@@ -106,10 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     progress.say(f"servebench: {cores.summary()}")
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise Interrupted()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    stop_on_signals()
     runner = Runner(
         spec,
         workdir=workdir,
@@ -122,6 +119,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = runner.run()
     progress.say(f"servebench: done, exit code {int(code)}" + (f"; result in {out}" if out else ""))
     return code
+
+
+def stop_on_signals() -> None:
+    """Make SIGINT, SIGTERM and SIGHUP end the run (``Interrupted``), whatever this process
+    inherited. A parent may have left SIGINT ignored (a shell's background job, some CI
+    harnesses); Python then installs no Ctrl-C handler, and a run that ignores SIGINT goes
+    on measuring until something kills it, which leaves its children behind. SIGHUP (the
+    terminal closed) stops the run too, unless it was ignored on purpose (``nohup``)."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, on_signal)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

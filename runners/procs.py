@@ -6,7 +6,10 @@ vLLM's bench client and the HF baseline. Each gets a session of its own
 
 - a Ctrl-C on the terminal reaches only the runner, which then stops them in order;
 - stopping kills the whole group, engine workers included, not just the leader;
-- nothing is left holding a GPU after the runner exits, whatever the exit path.
+- nothing is left holding a GPU after the runner exits, whatever the exit path: beside
+  each child runs a watchdog (``runners.groupwatch``) that ends the child's group when the
+  runner dies (even by SIGKILL, when no ``finally`` runs) or when the group's leader dies
+  and leaves the rest of its group behind (a vLLM API server's engine processes).
 
 Output goes to a log file, never a pipe (a full pipe would block a chatty server).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -24,13 +28,22 @@ from pathlib import Path
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
+# The watchdog of each spawned child, by the child's pid: its process and the write end of
+# its pipe (only this process holds it: when this process dies, the watchdog reads EOF).
+_WATCHDOGS: dict[int, tuple[subprocess.Popen, int]] = {}
+
+
 def spawn(
-    argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    watchdog_grace_s: float = 5.0,
 ) -> subprocess.Popen:
-    """Start ``argv`` (no shell) in a new session, stdout and stderr appended to ``log_path``."""
+    """Start ``argv`` (no shell) in a new session, stdout and stderr appended to ``log_path``,
+    and its watchdog (``runners.groupwatch``); ``stop`` or ``disarm`` ends the watchdog."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -38,6 +51,54 @@ def spawn(
             env=env,
             start_new_session=True,
         )
+    read_end, write_end = os.pipe()  # both non-inheritable: no other child holds them
+    try:
+        watchdog = subprocess.Popen(
+            [sys.executable, "-m", "runners.groupwatch", str(proc.pid), str(watchdog_grace_s)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=python_env(),
+            start_new_session=True,  # out of reach of the terminal's Ctrl-C and of killpg
+        )
+    except BaseException:
+        os.close(write_end)
+        stop(proc, grace_s=5.0)
+        raise
+    finally:
+        os.close(read_end)
+    _WATCHDOGS[proc.pid] = (watchdog, write_end)
+    return proc
+
+
+def disarm(proc: subprocess.Popen) -> None:
+    """End ``proc``'s watchdog without letting it touch the group (the runner stops it)."""
+    entry = _WATCHDOGS.pop(proc.pid, None)
+    if entry is None:
+        return
+    watchdog, write_end = entry
+    with suppress(OSError):  # BrokenPipeError: it already ended (the leader had died)
+        os.write(write_end, b"x")
+    os.close(write_end)
+    try:
+        watchdog.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+def exit_text(code: int | None) -> str:
+    """How a child ended, for a failure reason: "exited with code 1", "was killed by
+    signal SIGKILL (9)"; "is still running" for None."""
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"was killed by signal {name} ({-code})"
+    return f"exited with code {code}"
 
 
 def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -157,6 +218,7 @@ def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> int | None:
         while group_alive(pgid) and time.monotonic() < deadline:
             _signal_group(pgid, signal.SIGKILL)
             time.sleep(0.1)
+        disarm(proc)
     return proc.returncode
 
 
@@ -176,6 +238,7 @@ def run(
     finally:
         if group_alive(proc.pid):
             stop(proc, grace_s=5.0)
+        disarm(proc)
 
 
 def tail(path: Path, lines: int = 30, max_chars: int = 6000) -> str:

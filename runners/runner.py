@@ -65,7 +65,11 @@ class ExitCode(IntEnum):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so the same cleanup as Ctrl-C runs."""
+    """SIGTERM (or SIGHUP), turned into an exception so the same cleanup as Ctrl-C runs."""
+
+    def __init__(self, signame: str = "SIGTERM") -> None:
+        super().__init__(signame)
+        self.signame = signame
 
 
 def server_groups(spec: Spec) -> list[list[VLLMBackend]]:
@@ -294,8 +298,8 @@ class Runner:
                             )
                         else:
                             reason = (
-                                f"{server.LABEL} had exited before this point. Last lines of "
-                                f"its log ({server.log_path}):\n{server.log_tail()}"
+                                f"{server.LABEL} {server.ended()} before this point. Last lines "
+                                f"of its log ({server.log_path}):\n{server.log_tail()}"
                             )
                             m = self._failed(
                                 backend.name, point_info(point), repeat, reason, backend.kind
@@ -349,9 +353,10 @@ class Runner:
                     target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
                 )
             else:
+                assert isinstance(target, LocalServer)
                 reason = (
-                    f"{target.LABEL} had exited before this point. Last lines of its log "
-                    f"({target.log_path}):\n{target.log_tail()}"
+                    f"{target.LABEL} {target.ended()} before this point. Last lines of its "
+                    f"log ({target.log_path}):\n{target.log_tail()}"
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
             # A point that failed because its server (or a deployed endpoint) is gone says
@@ -438,7 +443,7 @@ class Runner:
             self._environment()
             self._measure_all()
         except KeyboardInterrupt as exc:
-            what = "SIGTERM" if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
+            what = exc.signame if isinstance(exc, Interrupted) else "SIGINT (Ctrl-C)"
             message = f"interrupted by {what}; finished measurements are kept"
             self._error("runner", message)
             # A runner being stopped has seconds, not minutes: keep the last report short.

@@ -441,7 +441,7 @@ def measure_point(
         if not is_endpoint and not target.alive:
             assert not isinstance(target, Endpoint)
             error = (
-                f"{target.LABEL} exited during this point. "
+                f"{target.LABEL} {target.ended()} during this point. "
                 f"Last lines of its log ({target.log_path}):\n{target.log_tail()}"
             )
         elif code != 0 or not result_path.exists():

@@ -152,7 +152,7 @@ class LocalServer:
             code = self.proc.poll()
             if code is not None:
                 raise ServerError(
-                    f"{self.LABEL} exited with code {code} before it was ready. "
+                    f"{self.LABEL} {procs.exit_text(code)} before it was ready. "
                     f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
                 )
             try:
@@ -174,6 +174,11 @@ class LocalServer:
 
     def log_tail(self, lines: int = 30) -> str:
         return procs.tail(self.log_path, lines)
+
+    def ended(self) -> str:
+        """How it ended, for failure reasons: "exited with code 1", "was killed by signal
+        SIGKILL (9)" (the OOM killer, or a person)."""
+        return procs.exit_text(self.proc.poll() if self.proc else None)
 
     def stop(self) -> None:
         """Stop the whole process group (engine workers included); safe to call twice."""

@@ -73,7 +73,14 @@ def start_cli(spec, tmp_path: Path, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json")]
     argv += ["--out", str(tmp_path / "result.json"), "--workdir", str(tmp_path / "work"), *extra]
     with open(tmp_path / "stderr.txt", "w") as stderr:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        # SIGINT ignored, as a shell's background job (and CI harnesses) leave it: the
+        # runner must still stop on it (it once ran on for minutes, then left orphans).
+        return subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
 
 
 # --------------------------------------------------------------------------- one server
@@ -300,8 +307,10 @@ def test_an_interrupted_run_leaves_no_process_behind(tiny_model, tmp_path, sig, 
         children = descendants_matching(runner, wait_for, timeout_s=600)
         time.sleep(3)
         children = sorted({*children, *(k.pid for k in psutil.Process(runner.pid).children(True))})
+        started = time.monotonic()
         runner.send_signal(sig)
         assert runner.wait(timeout=120) == ExitCode.INTERRUPTED
+        took = time.monotonic() - started
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -310,3 +319,22 @@ def test_an_interrupted_run_leaves_no_process_behind(tiny_model, tmp_path, sig, 
     document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
     assert document.status == "failed"
     assert document.errors[-1]["message"].startswith(f"interrupted by {what}")
+    assert took < 30, f"the runner took {took:.0f} s to stop"
+
+
+def test_engine_processes_die_with_the_api_server_and_the_reason_names_the_signal(
+    tiny_model, tmp_path
+):
+    spec = spec_for(tiny_model)
+    with VLLMServer(spec, spec.vllm_backends[0], tmp_path / "server.log") as server:
+        assert server.pid is not None
+        group = procs.group_members(server.pid)
+        assert len(group) > 1, "vLLM's engine runs in processes of the server's group"
+        server.proc.send_signal(signal.SIGKILL)  # the API server dies; its engine must not live on
+        server.proc.wait()
+        deadline = time.monotonic() + 10
+        while procs.group_members(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert procs.group_members(server.pid) == [] and gone(group)
+        assert server.ended() == "was killed by signal SIGKILL (9)"
+        assert not server.alive
