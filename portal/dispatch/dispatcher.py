@@ -7,8 +7,14 @@ which the next attempt, a redelivered task or the periodic reconcile can carry o
    statement, the executor's handle for the run (``Executor.handle_for``: a work dir or a
    Job name, derived from the run id), the deadline and, for executors with slots, the
    slot. From here on reconcile and cancel can always find the runner, whatever dies.
-2. **Start**: issue the run token and ``Executor.submit``, which is idempotent (the
-   supervisor's lock, the Job's fixed name): asked twice, it starts one runner.
+2. **Start**, under the run's start lock (``_start_lock``: a PostgreSQL advisory lock per
+   run, released when the connection ends, so a worker that dies holding it holds
+   nothing): decide again, from the row and the executor, whether the run still needs a
+   start, then issue the run token and ``Executor.submit`` and record what it returned.
+   Deciding and starting under the same lock makes a start idempotent per run: two
+   workers, a redelivered task and reconcile may all ask at once, and one runner starts,
+   with one token (a token whose start did not happen is revoked). ``submit`` is itself
+   idempotent too (the supervisor's lock, the Job's fixed name).
 3. **Record** what the start learnt (a pid, a Job uid) in the handle; optional.
 
 A run that was claimed but never started (the worker died between 1 and 2, or the
@@ -41,6 +47,8 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -111,56 +119,99 @@ def _never_started(run: Run, executor: Executor) -> bool:
     return executor.status(_handle(run, executor)).state == ExecutorState.NOT_STARTED
 
 
+# The first key of the two-key advisory locks that guard one run's start (the second is
+# the run's pk); the slot lock uses the one-key space, so the two never collide.
+_START_LOCK_SPACE = 0x5B57
+
+
+@contextmanager
+def _start_lock(run_pk: int) -> Iterator[bool]:
+    """Hold the run's start lock for the block; yields False (held nothing) when another
+    worker is starting the run right now. Session-level, so it must not be taken inside
+    a transaction that outlives the block; PostgreSQL drops it if the worker dies."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_START_LOCK_SPACE, run_pk])
+        got = bool(cursor.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_START_LOCK_SPACE, run_pk])
+
+
 def _start(run: Run, executor: Executor) -> str:
-    """Issue a token and submit (idempotent). ``submitted`` or ``failed``; raises
-    ExecutorUnavailable (the run stays claimed; the retry or reconcile starts it)."""
-    with bound_run(run.public_id):
-        failpoints.hit("dispatch.after-claim")
-        handle = _handle(run, executor)
-        attempts = int(handle.get("attempts", 0)) + 1
-        if attempts > MAX_START_ATTEMPTS:
-            tail = executor.logs(handle, LOG_LINES_IN_REASON).strip()
-            _fail(
-                run,
-                f"the {executor.name} executor could not start the runner in "
-                f"{MAX_START_ATTEMPTS} attempts"
-                + (f"; last lines of its log:\n{tail}" if tail else "; it left no log"),
-            )
-            return "failed"
-        Run.objects.filter(pk=run.pk).update(executor_handle={**handle, "attempts": attempts})
-        issued = issue_token(
-            run.owner,
-            kind=ApiToken.Kind.RUN,
-            run=run,
-            name=f"runner for {run.short_id}",
-            expires_at=(run.deadline or deadline_for(run, timezone.now())) + TOKEN_GRACE,
+    """Start a claimed run once: under its start lock, only if it still needs a start.
+    ``submitted``, ``failed``, ``starting`` (another worker is starting it now) or
+    ``started`` (already started); raises ExecutorUnavailable (the run stays claimed; the
+    retry or reconcile starts it)."""
+    with bound_run(run.public_id), _start_lock(run.pk) as got:
+        if not got:
+            log.info("dispatch: another worker is starting this run")
+            return "starting"
+        # Decided again under the lock: whoever held it before us may have started it.
+        fresh = Run.objects.select_related("owner").filter(pk=run.pk).first()
+        if fresh is None or fresh.status != RunStatus.DISPATCHED:
+            return "not-queued"
+        if not _never_started(fresh, executor):
+            log.info("dispatch: the run was started already; nothing to do")
+            return "started"
+        return _submit(fresh, executor)
+
+
+def _submit(run: Run, executor: Executor) -> str:
+    """Issue a token and submit (call under the run's start lock)."""
+    failpoints.hit("dispatch.after-claim")
+    handle = _handle(run, executor)
+    attempts = int(handle.get("attempts", 0)) + 1
+    if attempts > MAX_START_ATTEMPTS:
+        tail = executor.logs(handle, LOG_LINES_IN_REASON).strip()
+        _fail(
+            run,
+            f"the {executor.name} executor could not start the runner in "
+            f"{MAX_START_ATTEMPTS} attempts"
+            + (f"; last lines of its log:\n{tail}" if tail else "; it left no log"),
         )
-        try:
-            started = executor.submit(run, issued.plaintext)
-        except ExecutorUnavailable as exc:
-            revoke_token(issued.token)
-            log.warning("dispatch: executor unavailable, will retry: %s", exc)
-            raise
-        except Exception as exc:
-            revoke_token(issued.token)
-            reason = (
-                str(exc)
-                if isinstance(exc, ExecutorError)
-                else f"internal error while submitting: {exc!r}"
-            )
-            log.exception("dispatch: submit failed")
-            _fail(run, f"the {executor.name} executor could not start the run: {reason}")
-            return "failed"
-        failpoints.hit("dispatch.after-start")
-        # Not conditional on the status: the runner may already have reported "started".
-        Run.objects.filter(pk=run.pk).update(
-            executor_handle={**started, "attempts": attempts}, updated_at=timezone.now()
+        return "failed"
+    Run.objects.filter(pk=run.pk).update(executor_handle={**handle, "attempts": attempts})
+    # No runner of this run is alive (decided under the lock): a token issued for an
+    # earlier start that never happened (its worker died before submitting) is unused.
+    ApiToken.objects.filter(run=run, kind=ApiToken.Kind.RUN, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    issued = issue_token(
+        run.owner,
+        kind=ApiToken.Kind.RUN,
+        run=run,
+        name=f"runner for {run.short_id}",
+        expires_at=(run.deadline or deadline_for(run, timezone.now())) + TOKEN_GRACE,
+    )
+    try:
+        started = executor.submit(run, issued.plaintext)
+    except ExecutorUnavailable as exc:
+        revoke_token(issued.token)
+        log.warning("dispatch: executor unavailable, will retry: %s", exc)
+        raise
+    except Exception as exc:
+        revoke_token(issued.token)
+        reason = (
+            str(exc)
+            if isinstance(exc, ExecutorError)
+            else f"internal error while submitting: {exc!r}"
         )
-        log.info("dispatch: submitted to %s: %s", executor.name, started)
-        run.refresh_from_db(fields=["status"])
-        if run.is_final:  # cancelled while we were submitting
-            executor.cancel(started)
-        return "submitted"
+        log.exception("dispatch: submit failed")
+        _fail(run, f"the {executor.name} executor could not start the run: {reason}")
+        return "failed"
+    failpoints.hit("dispatch.after-start")
+    # Not conditional on the status: the runner may already have reported "started".
+    Run.objects.filter(pk=run.pk).update(
+        executor_handle={**started, "attempts": attempts}, updated_at=timezone.now()
+    )
+    log.info("dispatch: submitted to %s: %s", executor.name, started)
+    run.refresh_from_db(fields=["status"])
+    if run.is_final:  # cancelled while we were submitting
+        executor.cancel(started)
+    return "submitted"
 
 
 def _fail(run: Run, reason: str) -> bool:
@@ -179,7 +230,8 @@ def dispatch_run(run_id: int | None) -> str:
     Executors without slots: the run ``run_id``. With slots: the head of the queue (first
     come, first served), ``run_id`` only says why we were called. Returns what happened,
     for logs and tests: ``gone``, ``not-queued``, ``waiting`` (no free slot),
-    ``submitted``, ``failed``. Raises ExecutorUnavailable so the task retries.
+    ``submitted``, ``failed``, ``starting`` (another worker is starting it), ``started``
+    (it was started already). Raises ExecutorUnavailable so the task retries.
     """
     try:
         executor = get_executor()

@@ -52,6 +52,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -317,7 +318,11 @@ class LocalExecutor(Executor):
             raise ExecutorError(f"cannot start the runner: {exc}") from None
         finally:
             os.close(lock_fd)
-        return {**handle, "pid": proc.pid, "start_time": _start_time(proc.pid)}
+        start_time = _start_time(proc.pid)
+        # Reaped when it exits, so no zombie `unshare` (or supervisor) stays behind in this
+        # long-lived worker; the run's state comes from the supervisor's files, not from it.
+        threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+        return {**handle, "pid": proc.pid, "start_time": start_time}
 
     # ----------------------------------------------------------------- inspection
 
