@@ -60,15 +60,42 @@ class ServiceUrls:
         return out
 
 
+# Lines on stderr meant for a person while ``start`` works (``make run`` shows them live).
+NOTE = "devservices:"
+
+
+def note(message: str) -> None:
+    print(f"{NOTE} {message}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def _locked(home: Path) -> Iterator[None]:
-    """One starter at a time (web, worker and beat may start together)."""
+    """One starter at a time (web, worker and beat, or several ``make run`` and test
+    sessions, may start together); says so when it has to wait, and for whom."""
     home.mkdir(parents=True, exist_ok=True)
-    with (home / ".lock").open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with (home / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            note(
+                f"waiting for {holder} to finish starting or stopping the embedded services "
+                f"in {home} (lock {home / '.lock'})"
+            )
+            started = time.monotonic()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            note(f"got the lock after {time.monotonic() - started:.0f} s")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} ({' '.join(sys.argv)[:120]})")
+        fh.flush()
         try:
             yield
         finally:
+            fh.seek(0)
+            fh.truncate()
+            fh.flush()
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -272,7 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = args.home or default_home()
     if args.command in ("start", "env"):
-        urls = ensure(home, respect_env=not args.ignore_env)
+        try:
+            urls = ensure(home, respect_env=not args.ignore_env)
+        except Exception as exc:  # the cause, in one line a person can act on
+            print(
+                f"could not start the embedded services in {home}: "
+                f"{type(exc).__name__}: {str(exc).strip() or repr(exc)}",
+                file=sys.stderr,
+            )
+            return 1
         if args.json:
             print(json.dumps(urls.env()))
         else:

@@ -43,6 +43,9 @@ PY = sys.executable
 DEMO_NAME = "Tiny model demo (CPU)"
 STATE_NAME = "quickstart.json"  # under $SERVEBENCH_HOME/dev: what `make stop` stops
 STOP_TIMEOUT_S = 60.0
+# A web, worker or beat that dies is restarted, unless it died this often this recently.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 120.0
 
 
 def say(msg: str) -> None:
@@ -56,6 +59,14 @@ def home_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- processes
+
+
+def exit_text(code: int | None) -> str:
+    """How a child ended: "exited with code 1", "was killed by signal SIGKILL (9)"."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-code).name} ({-code})"
+    return f"exited with code {code}"
 
 
 def _create_time(pid: int) -> float | None:
@@ -101,6 +112,9 @@ class Stack:
         self.base = base
         self.state_path = dev / STATE_NAME
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        # How each child is started (argv, cpus) and when it was restarted, by name.
+        self.how: dict[str, tuple[list[str], set[int] | None]] = {}
+        self.restarts: dict[str, list[float]] = {}
         self.services: list[str] = []  # embedded services this quickstart started
         self.embedded_urls: dict[str, str] = {}
         self.save()
@@ -139,6 +153,7 @@ class Stack:
         return out.stdout if capture else ""
 
     def start(self, name: str, argv: list[str], cpus: set[int] | None = None) -> None:
+        self.how[name] = (argv, cpus)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the child
         preexec: Callable[[], None] | None = None
         if cpus is not None:
@@ -150,17 +165,36 @@ class Stack:
             argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=preexec,
         )  # fmt: skip
-        self.procs.append((name, proc))
+        self.procs = [(n, p) for n, p in self.procs if n != name] + [(name, proc)]
         self.save()
 
     def check_alive(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+        """Restart a web, worker or beat that died; give up (SystemExit, with its log) only
+        when one dies ``RESTART_LIMIT`` times within ``RESTART_WINDOW_S``: a crash loop.
+
+        Runs are not touched: each runner lives in a session of its own under its own
+        supervisor, reports over HTTP, and the new worker's reconcile picks every run up
+        where it is, so a dead worker never costs a healthy benchmark."""
+        for name, proc in list(self.procs):
+            if proc.poll() is None:
+                continue
+            log = self.logs / f"{name}.log"
+            now = time.monotonic()
+            recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
+            how = exit_text(proc.returncode)
+            if len(recent) >= RESTART_LIMIT:
+                tail = log.read_text(errors="replace")[-3000:]
                 raise SystemExit(
-                    f"servebench: the {name} process exited with code {proc.returncode}.\n"
-                    f"Last lines of {self.logs / (name + '.log')}:\n{tail}"
+                    f"servebench: the {name} process {how}, its {RESTART_LIMIT + 1}th exit "
+                    f"in {RESTART_WINDOW_S:.0f} s, so it is not restarted again.\n"
+                    f"Last lines of {log}:\n{tail}"
                 )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what its group left (pool children)
+            say(f"the {name} process {how}; restarting it (log: {log}); runs go on")
+            self.restarts[name] = [*recent, now]
+            argv, cpus = self.how[name]
+            self.start(name, argv, cpus)
 
     def stop(self) -> None:
         """Runners of active runs first (while the portal can still take their last
@@ -247,15 +281,41 @@ def services_env(env: dict[str, str], dev: Path, cpus: set[int] | None) -> list[
         "redis": devservices.redis_running(dev),
     }
     say("starting embedded PostgreSQL and Redis (set DATABASE_URL / REDIS_URL to use yours)")
-    out = subprocess.run(
+    proc = subprocess.Popen(
         [PY, "-m", "portal.devservices", "start", "--json", "--home", str(dev)],
-        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )  # fmt: skip
-    urls = json.loads(out.stdout)
+    assert proc.stderr is not None and proc.stdout is not None
+    errors: list[str] = []
+    for line in proc.stderr:  # live: "waiting for ... lock" must show while it waits
+        line = line.rstrip()
+        if line.startswith(devservices.NOTE):
+            say(line.removeprefix(devservices.NOTE).strip())
+        elif line and not line.startswith("# dev services running"):
+            errors.append(line)
+    stdout = proc.stdout.read()
+    if proc.wait() != 0:
+        raise SystemExit(services_failure(errors, dev))
+    urls = json.loads(stdout)
     env.setdefault("DATABASE_URL", urls["DATABASE_URL"])
     env.setdefault("REDIS_URL", urls["REDIS_URL"])
     return [name for name in wanted if not running[name]]
+
+
+def services_failure(errors: list[str], dev: Path) -> str:
+    """What to print when the embedded services did not start: the cause (the error's last
+    line), the lines before it, and what to do."""
+    said = [line for line in errors if line.startswith("could not start the embedded")]
+    cause = (said or [line for line in errors if line.strip()][-1:] or ["no error output"])[0]
+    detail = "\n".join(errors[-25:])
+    return (
+        f"servebench: the embedded PostgreSQL and Redis did not start: {cause}\n"
+        f"{detail}\n"
+        f"Next: see the services' logs under {dev} (redis/redis.log, pgdata/), "
+        "`python -m portal.devservices status`; or set DATABASE_URL and REDIS_URL to "
+        "servers of yours."
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -491,7 +551,11 @@ def main() -> int:
         last = None
         while True:
             stack.check_alive()
-            state = http(f"{base}/api/v1/runs/{run['id']}/", token)
+            try:
+                state = http(f"{base}/api/v1/runs/{run['id']}/", token)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(3)  # the web process is being restarted: the run goes on
+                continue
             line = f"{state['status']} {state['progress']['done']}/{state['progress']['total']}"
             if line != last:
                 say(f"demo run: {line}")

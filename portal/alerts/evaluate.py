@@ -31,7 +31,7 @@ from django.utils import timezone
 from portal.alerts.models import Delivery, DeliveryStatus, SeriesCheck, Subscription
 from portal.benchmarks import baselines, compare, queries
 from portal.benchmarks.models import Baseline, Run, RunStatus
-from portal.celery import app
+from portal.lib import broker
 from servebench import verdict as engine
 
 log = logging.getLogger(__name__)
@@ -46,10 +46,12 @@ RESEND_AFTER = timedelta(minutes=10)
 def enqueue_delivery(delivery_id: str) -> None:
     """Send the delivery task (by name); a broker outage only delays it: ``scan`` re-sends
     pending deliveries."""
-    try:
-        app.send_task("servebench.alerts.deliver", args=[delivery_id], retry=False)
-    except Exception:  # the broker's many exception types
-        log.warning("alerts: could not enqueue delivery %s; the scan will", delivery_id)
+    broker.send(
+        "servebench.alerts.deliver",
+        [delivery_id],
+        f"alert delivery {delivery_id}",
+        retried_by="the alerts scan",
+    )
 
 
 def _url(path: str) -> str:

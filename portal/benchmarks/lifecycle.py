@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from portal.benchmarks.models import ALLOWED_FROM, Run, RunStatus
 from portal.benchmarks.sharing import scrub
+from portal.lib import broker
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +66,11 @@ def transition(
 def _send(task: str, args: list[Any], what: str) -> None:
     """Enqueue a dispatch task by its name (this app never imports ``portal.dispatch``).
 
-    If the broker is unreachable the run's state in PostgreSQL is unchanged and reconcile
-    does the same work on its next pass, so this only logs.
+    If the broker is unreachable or hung the run's state in PostgreSQL is unchanged and
+    reconcile does the same work on its next pass, so this only logs
+    (``portal.lib.broker``: a couple of seconds at most).
     """
-    from portal.celery import app
-
-    try:
-        app.send_task(task, args=args, retry=False)
-    except Exception:  # the broker's many exception types; reconcile re-sends
-        log.warning("could not enqueue %s; reconcile will do it", what, exc_info=True)
+    broker.send(task, args, what)  # bounded: a hung broker never holds up the request
 
 
 def enqueue_dispatch(run_id: int | None) -> None:

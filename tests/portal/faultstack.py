@@ -58,6 +58,12 @@ class Stack:
     def start_redis(self) -> None:
         devservices.start_redis(self.home)
 
+    def pause_redis(self, sig: int = signal.SIGSTOP) -> None:
+        """SIGSTOP Redis (hung: it accepts connections and never answers); SIGCONT resumes."""
+        pid = devservices._redis_pid(self.home)
+        assert pid is not None, "Redis is not running"
+        os.kill(pid, sig)
+
     # ----------------------------------------------------------------- portal
 
     def manage(self, *args: str) -> str:

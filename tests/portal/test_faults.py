@@ -207,6 +207,26 @@ def test_redis_down_when_a_run_is_submitted(stack: Stack, tiny_model: Path) -> N
     record("Redis stopped (5 s) across a submit", run, recovered)
 
 
+def test_a_hung_redis_holds_up_a_submit_for_seconds_at_most(stack: Stack, tiny_model: Path) -> None:
+    stack.start_worker()
+    stack.pause_redis()  # accepts connections, answers nothing: worse than down
+    try:
+        started = time.monotonic()
+        public_id = stack.submit(hf_spec(tiny_model))
+        took = time.monotonic() - started
+        assert took < 4, f"POST /runs/ took {took:.1f} s with Redis hung"
+        assert stack.run(public_id)["status"] == "queued"
+    finally:
+        stack.pause_redis(signal.SIGCONT)
+    resumed = time.monotonic()
+    run = stack.wait_final(public_id, 180)  # reconcile sends the lost dispatch again
+    assert run["status"] == "succeeded", (run["failure_reason"], stack.tail("worker"))
+    check_clean(stack, run, 1, namespace_of(handle_of(stack, public_id)))
+    assert "could not enqueue dispatch" in stack.tail("web", 400)
+    fault = f"Redis hung (SIGSTOP) across a submit: POST took {took:.1f} s"
+    record(fault, run, time.monotonic() - resumed)
+
+
 def test_postgres_down_while_the_runner_reports(stack: Stack, tiny_model: Path) -> None:
     stack.start_worker()
     # 2,048 tokens: seconds of reports to make whatever the machine's pace.
