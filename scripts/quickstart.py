@@ -296,6 +296,8 @@ def services_env(env: dict[str, str], dev: Path, cpus: set[int] | None) -> list[
             errors.append(line)
     stdout = proc.stdout.read()
     if proc.wait() != 0:
+        # Whatever of ours did start (PostgreSQL before a failed Redis) is stopped again.
+        stop_services([name for name in wanted if not running[name]], dev.parent)
         raise SystemExit(services_failure(errors, dev))
     urls = json.loads(stdout)
     env.setdefault("DATABASE_URL", urls["DATABASE_URL"])

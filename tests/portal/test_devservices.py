@@ -66,3 +66,33 @@ def test_urls_already_in_the_environment_win(home, monkeypatch):
     assert urls.database_url == "postgres://someone@db.example:5432/x"
     assert urls.redis_url == "redis://cache.example:6379/0"
     assert not devservices.postgres_running(home) and not devservices.redis_running(home)
+
+
+def test_a_second_start_says_whose_lock_it_waits_for(home):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    with devservices._locked(home):  # another build or `make run` is starting them
+        second = subprocess.Popen(
+            [sys.executable, "-m", "portal.devservices", "start", "--json", "--home", str(home)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        first = second.stderr.readline()
+        assert first.startswith(f"{devservices.NOTE} waiting for pid {os.getpid()} (")
+        assert f"lock {home / '.lock'}" in first
+        assert second.poll() is None  # it waits rather than failing
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert "got the lock after" in err
+    assert set(json.loads(out)) == {"DATABASE_URL", "REDIS_URL"}
+
+
+def test_a_failed_start_says_why(home):
+    (home / "redis").write_text("a file where the Redis directory belongs")
+    done = cli("start", "--json", home=home)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"could not start the embedded services in {home}: FileExistsError")

@@ -215,3 +215,58 @@ def test_the_runner_gets_its_own_cores_only_where_there_are_more_than_two() -> N
     env = {"SERVEBENCH_CPUS": "2-3"}  # the user's choice stands
     portal, note = qs.split_cores(env, list(range(8)))
     assert portal is None and env["SERVEBENCH_CPUS"] == "2-3" and "(yours)" in note
+
+
+def test_when_the_services_cannot_start_it_says_why_and_leaves_nothing(
+    quickstart: Callable[..., Quickstart],
+) -> None:
+    qs = quickstart("--no-demo")
+    (qs.home / "dev").mkdir(exist_ok=True)
+    (qs.home / "dev" / "redis").write_text("a file where the Redis directory belongs")
+    assert qs.proc.wait(timeout=180) != 0
+    out = qs.output()
+    assert "the embedded PostgreSQL and Redis did not start: could not start the embedded" in out
+    assert "FileExistsError" in out and "CalledProcessError" not in out
+    assert "Next: see the services' logs under" in out
+    assert leftovers(qs.home) == []  # the PostgreSQL it had started is stopped again
+
+
+@pytest.mark.slow
+def test_a_dead_worker_is_restarted_and_the_run_goes_on(
+    quickstart: Callable[..., Quickstart], tiny_model: Path
+) -> None:
+    # The model make run builds under its home (the portal's allowed model roots).
+    qs = quickstart("--no-demo")
+    token = qs.wait_for(r"API token for curl and the servebench CLI: (sb_ci_\S+)", 400).group(1)
+    qs.wait_for(r"Ctrl-C \(or `make stop` in another shell\) stops everything", 60)
+    spec = {
+        "name": "survives a worker crash",
+        "model": {"id": str(qs.home / tiny_model.name), "max_model_len": 512},
+        "workload": {"input_len": 32, "output_len": 32, "num_prompts": 4},
+        "backends": [{"kind": "hf-sequential", "num_prompts": 64}],
+        "resources": {"gpu_count": 0, "timeout_minutes": 10},
+    }
+    qs_module = load_quickstart()
+    run = qs_module.http(f"{qs.url}/api/v1/runs/", token, {"spec": spec})
+
+    def status() -> str:
+        return qs_module.http(f"{qs.url}/api/v1/runs/{run['id']}/", token)["status"]
+
+    deadline = time.monotonic() + 300
+    while status() != "running":
+        assert time.monotonic() < deadline, qs.output()
+        time.sleep(1)
+    worker = next(c["pid"] for c in qs.state()["children"] if c["name"] == "worker")
+    os.killpg(worker, signal.SIGKILL)
+    qs.wait_for(r"the worker process was killed by signal SIGKILL \(9\); restarting it", 30)
+    assert gone([worker]) == []
+    new = next(c["pid"] for c in qs.state()["children"] if c["name"] == "worker")
+    assert new != worker and psutil.pid_exists(new)
+    deadline = time.monotonic() + 600
+    while (now := status()) not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, qs.output()
+        time.sleep(2)
+    assert now == "succeeded", qs_module.http(f"{qs.url}/api/v1/runs/{run['id']}/", token)
+    assert qs.proc.poll() is None  # still serving
+    qs.proc.send_signal(signal.SIGINT)
+    assert qs.proc.wait(timeout=120) == 0
