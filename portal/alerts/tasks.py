@@ -5,15 +5,20 @@ per run and label, and a try takes its delivery with a conditional update."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from portal.alerts import delivery, evaluate
 from portal.celery import app
+from portal.ops import beat
 
 
 @app.task(name="servebench.alerts.scan", acks_late=False, ignore_result=True)
 def scan() -> dict[str, list[str]]:
-    """Judge labelled runs that succeeded since the last scan; re-send lost deliveries."""
+    """Judge labelled runs that succeeded since the last scan; re-send lost deliveries
+    (once per period: ``portal.ops.beat``)."""
+    if not beat.first_this_period("alerts", settings.SERVEBENCH_TICK_SECONDS):
+        return {"skipped": ["another beat's scan ran this period"]}
     return evaluate.scan()
 
 

@@ -13,11 +13,13 @@ task is safe to run twice; the dispatcher's docstring says why.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from portal.celery import app
 from portal.dispatch import dispatcher
 from portal.dispatch.executors import ExecutorUnavailable, get_executor
+from portal.ops import beat
 
 # While an ended run's runner is still stopping, its slot is not free yet: look again
 # this often, this many times (reconcile catches anything later).
@@ -51,7 +53,9 @@ def dispatch(run_id: int | None = None, polls: int = 0) -> str:
 @app.task(name="servebench.reconcile", acks_late=False, ignore_result=True)
 def reconcile() -> dict[str, list[str]]:
     """Beat task (settings.CELERY_BEAT_SCHEDULE): sync executor state, deadlines, lost runners,
-    slots."""
+    slots. Once per period, however many beats send it (``portal.ops.beat``)."""
+    if not beat.first_this_period("reconcile", settings.SERVEBENCH_RECONCILE_SECONDS):
+        return {"skipped": ["another beat's reconcile ran this period"]}
     return vars(dispatcher.reconcile())
 
 

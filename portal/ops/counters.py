@@ -86,6 +86,18 @@ def hit(scope: str, ident: str, seconds: int, amount: int = 1) -> Window | None:
     return Window(int(count), max(1, resets_in))
 
 
+def claim(name: str, seconds: float, holder: str) -> bool | None:
+    """Take ``name`` for ``seconds`` unless someone holds it (``SET NX PX``, expiring on its
+    own, so a holder that dies holds nothing for long): True taken, False held by another,
+    None when Redis does not answer."""
+    try:
+        taken = _client().set(_key("claim", name), holder, nx=True, px=max(1, int(seconds * 1000)))
+    except redis.RedisError as exc:
+        _unavailable(exc)
+        return None
+    return bool(taken)
+
+
 def peek(scope: str, ident: str, seconds: int) -> Window | None:
     """The current window's count without counting; None when Redis does not answer."""
     key, resets_in = _window(scope, ident, seconds, time.time())

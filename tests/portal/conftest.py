@@ -333,7 +333,7 @@ def celery_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[.
             "-Q", env["SERVEBENCH_QUEUE"],
         ]  # fmt: skip
         if beat:
-            cmd += ["--beat", "--schedule", str(tmp_path / "celerybeat-schedule")]
+            cmd += ["--beat", "--schedule", str(tmp_path / f"celerybeat-schedule-{len(started)}")]
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
