@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -33,7 +35,7 @@ from portal.benchmarks import energy, samplestore
 from portal.benchmarks.environment import store_environment
 from portal.benchmarks.lifecycle import RunFinished, enqueue_dispatch, transition
 from portal.benchmarks.models import FINAL_STATUSES, Measurement, Run, RunStatus
-from portal.benchmarks.sharing import scrub_value
+from portal.benchmarks.sharing import scrub, scrub_value
 from runners import causes, sla
 from runners import result as rr
 from runners import spec as rs
@@ -401,6 +403,30 @@ def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
     return columns
 
 
+def storage_failed(run: Run, exc: Exception) -> None:
+    """Note on the run that its measurements cannot be stored now (the run page shows it
+    with what to do), keeping when it started; the cause is scrubbed and capped."""
+    where = samplestore.describe()
+    cause = scrub(f"{type(exc).__name__}: {exc}")[:300]
+    Run.objects.filter(pk=run.pk).update(
+        storage_problem=(
+            f"The portal cannot store this run's measurements: its samples storage "
+            f"({where}) failed ({cause}). The runner keeps each measurement and retries, "
+            "so nothing is lost while this lasts, and the run goes on by itself once the "
+            "storage answers. Next: whoever runs the portal checks that storage (space, "
+            "permissions, credentials, the S3 endpoint) and the portal's log."
+        ),
+        storage_problem_since=Coalesce(F("storage_problem_since"), Now()),
+    )
+
+
+def storage_recovered(run: Run) -> None:
+    """A measurement was stored: the storage answers again."""
+    Run.objects.filter(pk=run.pk, storage_problem_since__isnull=False).update(
+        storage_problem="", storage_problem_since=None
+    )
+
+
 def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
     """Store a measurement once: (row, created). A repeat of the same (backend, point,
     repeat) returns the stored row unchanged. RunFinished for a new one on an ended run;
@@ -437,10 +463,12 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
                 size += samplestore.save(samplestore.telemetry_name(name), m.telemetry)
         except Exception as exc:  # OSError, botocore's errors...: the runner retries a 503
             log.warning("run %s: samples storage failed: %r", run.short_id, exc)
+            storage_failed(run, exc)
             raise StorageUnavailable(
                 f"the samples storage could not store this measurement ({type(exc).__name__}); "
                 "retry later"
             ) from exc
+        storage_recovered(run)
         columns |= {"detail": {}, "samples": name, "samples_bytes": size}
     try:
         with transaction.atomic():

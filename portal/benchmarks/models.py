@@ -103,6 +103,11 @@ class Run(models.Model):
 
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
+    # Set while the portal cannot store the run's measurements (its samples storage
+    # fails: the runner is answered 503 and retries), cleared by the next one stored; the
+    # run page says so instead of a progress that stands still without a word.
+    storage_problem = models.TextField(blank=True)
+    storage_problem_since = models.DateTimeField(null=True, blank=True)
 
     executor = models.CharField(max_length=32, blank=True)
     executor_handle = models.JSONField(null=True, blank=True)

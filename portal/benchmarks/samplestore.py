@@ -36,6 +36,17 @@ def _storage() -> Any:
     return storages[STORAGE]
 
 
+def describe() -> str:
+    """Where the samples go, in words for a failure notice: a directory or a bucket."""
+    storage = _storage()
+    bucket = getattr(storage, "bucket_name", None)
+    if bucket:
+        endpoint = getattr(storage, "endpoint_url", None)
+        return f"S3 bucket {bucket}" + (f" at {endpoint}" if endpoint else "")
+    location = getattr(storage, "location", None)
+    return f"directory {location}" if location else type(storage).__name__
+
+
 def object_name(run_public_id: str, backend: str, point_key: str, repeat: int) -> str:
     """``samples/<run>/<digest of backend, point, repeat>.json.gz``: stable, path-safe."""
     key = json.dumps([backend, point_key, repeat], separators=(",", ":"))

@@ -361,3 +361,37 @@ def test_a_2000_by_1024_point_goes_to_s3_and_the_compare_verdict_reads_it_back(
     assert verdict["noise"] == "history" and verdict["history_runs"] >= 3
     assert "bootstrap" in verdict["method"]  # over the samples read back from the bucket
     assert verdict["interval"][0] < 0.25 < verdict["interval"][1]
+
+
+def test_a_storage_outage_shows_on_the_run_page_with_what_to_do(s3, runner, personas):
+    run, _token, client = runner()
+    Run.objects.filter(pk=run.pk).update(is_public=True, progress_total=1)
+    page, status = f"/runs/{run.public_id}/", f"/runs/{run.public_id}/status.json"
+    s3.stop()
+    try:
+        assert post_measurement(client, run, point_measurement(8, 16)).status_code == 503
+        assert post_measurement(client, run, point_measurement(8, 16)).status_code == 503
+    finally:
+        s3.start()
+    run.refresh_from_db()
+    since = run.storage_problem_since
+    assert since is not None  # kept from the first failure, not moved by the retry
+    owner = Client()
+    owner.force_login(personas["owner"].user)
+    html = owner.get(page).content.decode()
+    assert 'id="storage-problem"' in html and "cannot store this run&#x27;s measurements" in html
+    assert f"S3 bucket {BUCKET} at {s3.url}" in html  # what failed, for who can act on it
+    assert "nothing is lost" in html and "Next: whoever runs the portal checks" in html
+    assert f"Since {since:%H:%M:%S} UTC" in html
+    live = owner.get(status).json()["storage_problem"]
+    assert live.startswith(f"Since {since:%H:%M:%S} UTC: The portal cannot store")
+    # Someone else sees that nothing is lost, not the storage's address or its error.
+    someone = Client()
+    someone.force_login(personas["other"].user)
+    other = someone.get(status).json()["storage_problem"]
+    assert "nothing is lost" in other and BUCKET not in other
+    # The storage answers again: the next try stores it and the notice is gone.
+    s3.client().create_bucket(Bucket=BUCKET)
+    assert post_measurement(client, run, point_measurement(8, 16)).status_code == 201
+    assert owner.get(status).json()["storage_problem"] == ""
+    assert 'id="storage-problem" role="status" hidden' in owner.get(page).content.decode()

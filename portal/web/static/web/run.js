@@ -48,6 +48,11 @@
         queueNote.hidden = !state.queue;
         queueNote.textContent = state.queue ? "Queued: " + state.queue.message + "." : "";
       }
+      const storage = document.getElementById("storage-problem");
+      if (storage) {
+        storage.hidden = !state.storage_problem;
+        storage.textContent = state.storage_problem || "";
+      }
       document.getElementById("run-done").textContent = state.done;
       document.getElementById("run-total").textContent = state.total;
       const pct = state.total ? Math.round((100 * state.done) / state.total) : 0;
