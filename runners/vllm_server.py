@@ -34,6 +34,8 @@ from runners.spec import Spec, VLLMBackend
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
+STOP_GRACE_S = 20.0  # SIGTERM to SIGKILL when the runner stops a server it is done with
+INTERRUPT_GRACE_S = 5.0  # ... and when the runner itself was interrupted
 
 
 class ServerError(RuntimeError):
@@ -140,8 +142,9 @@ class LocalServer:
         self.proc = procs.spawn(self.argv(), self.log_path, self.env())
         try:
             self._wait_ready(started + self.backend.startup_timeout_s)
-        except BaseException:
-            self.stop()
+        except BaseException as exc:
+            # Interrupted: the run must end within seconds, not after a full grace period.
+            self.stop(INTERRUPT_GRACE_S if isinstance(exc, KeyboardInterrupt) else STOP_GRACE_S)
             raise
         self.startup_s = time.monotonic() - started
 
@@ -180,10 +183,15 @@ class LocalServer:
         SIGKILL (9)" (the OOM killer, or a person)."""
         return procs.exit_text(self.proc.poll() if self.proc else None)
 
-    def stop(self) -> None:
-        """Stop the whole process group (engine workers included); safe to call twice."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop the whole process group (engine workers included); safe to call twice.
+        ``grace_s`` between SIGTERM and SIGKILL: by default ``STOP_GRACE_S``, or
+        ``INTERRUPT_GRACE_S`` while a SIGINT/SIGTERM of the runner is being handled."""
+        if grace_s is None:
+            interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+            grace_s = INTERRUPT_GRACE_S if interrupted else STOP_GRACE_S
         if self.proc is not None:
-            procs.stop(self.proc)
+            procs.stop(self.proc, grace_s=grace_s)
 
     def __enter__(self) -> Self:
         self.start()
