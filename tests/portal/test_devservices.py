@@ -92,7 +92,8 @@ def test_a_second_start_says_whose_lock_it_waits_for(home):
 def test_a_failed_start_says_why(home):
     (home / "redis").write_text("a file where the Redis directory belongs")
     done = cli("start", "--json", home=home)
-    assert done.returncode == 1
-    assert done.stdout == ""
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "", done.stderr
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"could not start the embedded services in {home}: FileExistsError")
+    assert line.startswith(f"could not start the embedded services in {home}: "), done.stderr
+    assert "FileExistsError" in line, done.stderr
