@@ -29,7 +29,7 @@ from portal.benchmarks import baselines, queries
 from portal.benchmarks.models import Baseline
 
 MAX_PER_USER = 50
-_FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class SubscriptionError(ValueError):

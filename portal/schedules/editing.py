@@ -31,7 +31,7 @@ from portal.schedules import cadence as cad
 from portal.schedules.models import Cadence, Firing, Schedule
 from runners import spec as rs
 
-_AT = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_AT = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])\Z")
 FIELDS = {"name", "label", "spec", "preset", "cadence", "at", "every_hours", "is_public", "enabled"}
 
 
