@@ -58,11 +58,19 @@ run:
 stop:
 	@$(PY) scripts/quickstart.py --stop
 
+# Each phase prints its time; the suite writes a JUnit report that bench/test_budget.py
+# reads (the phase against its 30-minute budget, time per directory, the slowest tests).
+REPORTS = artifacts/test-reports
 test: browser kube k8s-images
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
-	$(PY) -m pytest -m "not fuzz" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory fuzz
+	@mkdir -p $(REPORTS)
+	@start=$$SECONDS; $(PY) -m ruff check . && $(PY) -m ruff format --check .; rc=$$?; \
+	echo "test: phase 'lint' took $$((SECONDS - start)) s"; exit $$rc
+	@start=$$SECONDS; $(PY) -m pytest -m "not fuzz" --durations=25 \
+	  --junitxml=$(REPORTS)/suite.xml $(PYTEST_ARGS); rc=$$?; \
+	echo "test: phase 'suite' took $$((SECONDS - start)) s"; \
+	$(PY) bench/test_budget.py $(REPORTS)/suite.xml --top 10 || true; exit $$rc
+	@start=$$SECONDS; $(MAKE) --no-print-directory fuzz; rc=$$?; \
+	echo "test: phase 'fuzz' took $$((SECONDS - start)) s"; exit $$rc
 
 # Schemathesis against the live test server: >= 1,000 generated calls, none may get a 5xx.
 fuzz:
