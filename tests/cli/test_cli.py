@@ -55,6 +55,25 @@ def test_a_bad_token_is_one_line_and_exit_2(cli, portal, measured_run, personas)
     assert result.out == ""
 
 
+def test_a_rate_limit_is_waited_out_within_its_budget_then_said(cli, portal, settings, monkeypatch):
+    """The portal's 429 (Retry-After: the window's end) is waited out and the call sent
+    again, saying so; past SERVEBENCH_RETRY_WAIT_S it is one line naming the limit and when
+    to try again."""
+    from portal.lib.rates import Rate
+
+    url, token, _ = portal
+    settings.SERVEBENCH_RATES = {**settings.SERVEBENCH_RATES, "ci": Rate(1, 10)}
+    assert cli("presets", url=url, token=token).code == 0
+    waited = cli("presets", url=url, token=token)  # the same window: 429, then a retry
+    assert waited.code == 0, waited.err
+    assert "the portal asks to wait" in waited.err and "again" in waited.err
+    monkeypatch.setenv("SERVEBENCH_RETRY_WAIT_S", "0")
+    line = one_error_line(cli("presets", url=url, token=token))
+    assert "HTTP 429" in line and "try again in" in line and "per" in line
+    monkeypatch.setenv("SERVEBENCH_RETRY_WAIT_S", "soon")
+    assert "SERVEBENCH_RETRY_WAIT_S" in one_error_line(cli("presets", url=url, token=token))
+
+
 def test_no_token_where_one_is_needed(cli, portal, tmp_path, spec_dict):
     url, _, _ = portal
     spec = tmp_path / "spec.yaml"
