@@ -79,7 +79,7 @@ class Page:
         self.page.screenshot(path=str(path), full_page=True)
         return path
 
-    def docs_shot(self, name: str, height: int = 1490) -> Path | None:
+    def docs_shot(self, name: str, height: int = 1474) -> Path | None:
         """With SERVEBENCH_UPDATE_SCREENSHOT=1, the top ``height`` pixels of the page as
         ``docs/<name>.png`` (a picture the documentation shows); otherwise nothing."""
         if os.environ.get("SERVEBENCH_UPDATE_SCREENSHOT") != "1":
