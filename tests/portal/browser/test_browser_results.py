@@ -90,6 +90,7 @@ def test_the_run_page_draws_every_chart_of_every_sweep(page: Any, make_user: Any
     assert "the cache was driven past its efficient point" in html
     assert page.page.locator("#capacity #kv-per-token").inner_text().startswith("131,072 bytes")
     page.shot("run-results")
+    page.docs_shot("screenshot-run")  # the README's picture, with SERVEBENCH_UPDATE_SCREENSHOT=1
 
     # The budget tool: the most throughput whose p99 TTFT fits.
     page.page.fill("#budget-ms", "100000")
