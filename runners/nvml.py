@@ -185,6 +185,35 @@ def read_host_gpus(lib: Any = None) -> list[gpu_scope.HostGPU] | None:
     return with_gpus(host_gpus, lib)
 
 
+# CPUs NVML's affinity masks cover: 64-bit words (pynvml's c_ulonglong), enough for 1,024.
+_AFFINITY_WORDS = 16
+
+
+def cpu_affinity(lib: Any, handle: Any) -> frozenset[int] | None:
+    """The CPUs nearest a GPU (``nvmlDeviceGetCpuAffinity``: its NUMA node's cores, as
+    ``nvidia-smi topo -m`` prints them); None where NVML does not say."""
+    words = _maybe(lib, lambda: lib.nvmlDeviceGetCpuAffinity(handle, _AFFINITY_WORDS))
+    if words is None:
+        return None
+    cpus = {64 * i + bit for i, word in enumerate(words) for bit in range(64) if word >> bit & 1}
+    return frozenset(cpus) or None
+
+
+def topology(
+    lib: Any, handles: list[Any]
+) -> tuple[list[gpu_scope.HostGPU], dict[int, frozenset[int]]]:
+    """The node's GPUs (``host_gpus``) and each one's nearest CPUs (where NVML says)."""
+    near = {i: cpu_affinity(lib, h) for i, h in enumerate(handles)}
+    return host_gpus(lib, handles), {i: c for i, c in near.items() if c}
+
+
+def read_topology(
+    lib: Any = None,
+) -> tuple[list[gpu_scope.HostGPU], dict[int, frozenset[int]]] | None:
+    """``topology`` of this node; None where NVML cannot be read here."""
+    return with_gpus(topology, lib)
+
+
 def _note(chosen: gpu_scope.Scope, host: int) -> str:
     """What the scope hid, and that a MIG instance is read through its whole GPU."""
     notes = [gpu_scope.describe(chosen, host)] if chosen.note else []
