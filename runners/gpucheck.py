@@ -190,8 +190,7 @@ def check_nvml(lib: Any = None) -> Check:
         summary += f"; not supported: {', '.join(missing)}"
     if blind:
         summary += (
-            f" (GPU {', '.join(blind)}: no power or energy reading: J per token cannot be "
-            "measured)"
+            f" (GPU {', '.join(blind)}: no power or energy reading: J per token cannot be measured)"
         )
     elif "energy_mj" in missing:
         summary += " (no energy counter: energy is integrated from power samples)"
