@@ -28,6 +28,10 @@ whole GPU (NVML's power, energy and utilisation are per physical GPU, so other
 instances' work counts too: ``note`` says so). No visible GPU is "not measured", with
 the reason. On Kubernetes the device plugin already hides the GPUs a Pod was not given.
 
+**Topology** (``read_topology``): the node's GPUs and each one's nearest CPUs
+(``nvmlDeviceGetCpuAffinity``), what ``runners.placement`` deals out to the local
+executor's slots.
+
 **Energy over a window** (``summarize``): the total-energy counter's difference,
 interpolated linearly at the window's ends; where a GPU has no counter (before Volta),
 the integral of its power samples (trapezoids), and ``energy_source`` says which.
