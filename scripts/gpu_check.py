@@ -249,12 +249,12 @@ def table(found: Sequence[Row]) -> str:
     lines = [head, "-" * len(head)]
     for r in found:
         batch = f"{r.batch:g} {r.batch_source}" if r.batch is not None else "-"
-        percent = r.roofline_fraction * 100 if r.roofline_fraction is not None else None
+        fraction = f"{r.roofline_fraction:.1%}" if r.roofline_fraction is not None else "-"
         lines.append(
             f"{r.backend:<14} {r.concurrency:>4} {_cell(r.output_tok_s, '.1f'):>10} "
             f"{_cell(r.mean_tpot_ms, '.2f'):>8} {_cell(r.avg_power_w, '.0f'):>8} "
             f"{_cell(r.j_per_token, '.3g'):>8} "
-            f"{_cell(percent, '.1f'):>8}%"
+            f"{fraction:>9}"
             f"  {batch}"
         )
     lines.append(
