@@ -90,6 +90,8 @@ SERVER_COLUMNS = (
     "gpu_memory_peak_bytes",
     "prefix_cache_hit_rate",
 )
+# Server facts read from the stored server_metrics (no column: no page sorts by them).
+SERVER_FACTS = ("num_requests_running_mean",)
 _LATENCY = ("ttft", "tpot", "itl", "e2el")
 
 
@@ -123,6 +125,11 @@ def measurement_values(
         value = getattr(m, column, None)
         if value is not None:
             values[column] = float(value)
+    server = {} if "server_metrics" in m.get_deferred_fields() else m.server_metrics or {}
+    for key in SERVER_FACTS:
+        value = server.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
     if extra:
         values.update(extra)
     return values

@@ -70,6 +70,7 @@ def capacity_curve(results: pts.RunResults) -> list[dict[str, Any]]:
             "output_throughput": p.get("output_throughput"),
             "preemptions": p.get("preemptions"),
             "mean_tpot_ms": p.get("mean_tpot_ms"),
+            "running_batch": p.get("num_requests_running_mean"),
         }
         for p in series.points
     ]

@@ -162,6 +162,7 @@ def vllm_measurement(
     output_len: int = 32,
     concurrency: int | None = None,
     backend: str = "vllm",
+    running_mean: float | None = None,
 ) -> rr.Measurement:
     metrics, raw, detail = split_result(data)
     label = str(int(value)) if float(value).is_integer() else str(value)
@@ -182,7 +183,10 @@ def vllm_measurement(
         status="succeeded",
         metrics=metrics,
         server_metrics=rr.ServerMetrics(
-            preemptions=preemptions, kv_cache_usage_peak=kv_peak, samples=4
+            preemptions=preemptions,
+            kv_cache_usage_peak=kv_peak,
+            samples=4,
+            num_requests_running_mean=running_mean,
         ),
         gpu_memory_peak_bytes=gpu_peak,
         commands={
@@ -243,9 +247,11 @@ def make_sweep_run(
     public: bool = False,
     finish: bool = True,
     spec: dict[str, Any] | None = None,
+    running: float | None = None,
 ) -> Run:
     """A run through the real services: environment, HF baseline, every sweep point and
-    repeat, then ``finished``."""
+    repeat, then ``finished``. ``running``: the server's mean running batch as a share of
+    each point's concurrency (none reported by default)."""
     rng = random.Random(seed)
     spec = spec or sweep_spec(
         concurrency,
@@ -271,7 +277,7 @@ def make_sweep_run(
                 run,
                 vllm_measurement(
                     "concurrency", "max_concurrency", c, data, repeat=r, preemptions=pre,
-                    kv_peak=kv,
+                    kv_peak=kv, running_mean=running * c if running else None,
                 ),
             )  # fmt: skip
         for length in prompt_lengths or []:
