@@ -91,7 +91,7 @@ BAD_SPECS = [
         "sweeps.0.values",
         "point p:input_len=4000: prefix_len + input_len + output_len = 4128 exceeds",
     ),
-    ({"model": M, "sweeps": [sweep(axis="temperature")]}, "sweeps.0.axis", "choices: max_concurrency"),
+    ({"model": M, "sweeps": [sweep(axis="temperature")]}, "sweeps.0.axis", "choices: max_"),
     ({"model": M, "sweeps": [sweep(values=[])]}, "sweeps.0.values", "at least 1 item"),
     ({"model": M, "sweeps": [sweep(values=[1, 1])]}, "sweeps.0.values", "must be unique"),
     ({"model": M, "sweeps": [sweep(values=[1.5])]}, "sweeps.0.values", "must be whole numbers"),
