@@ -482,6 +482,19 @@ class RunForm(forms.Form):
             "valid": self.spec is not None,
         }
 
+    def initial_from_text(self, text: str) -> None:
+        """An unbound form showing a spec text (a run's, to edit and submit again)."""
+        values = field_values(rs.safe_yaml(text))
+        preset = _preset_of(rs.loads_spec(text))
+        self.initial.update(
+            {
+                "preset": preset,
+                "spec_text": text,
+                "synced": self.synced_json(text, values, preset),
+                **values,
+            }
+        )
+
     def initial_from_preset(self, name: str) -> None:
         """An unbound form showing a preset: its spec text, the fields read from it."""
         text = preset_yaml(name)

@@ -209,6 +209,10 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py
+    # A run with nothing measured offers nothing to download or re-check, and loads no
+    # chart library (run.js loads it when a live run's first charts arrive).
+    part["has_results"] = any(p.ok for p in results.points)
+    part["loads_charts"] = bool(charts.items) or bool(part["telemetry"]["points"])
     context = {**part, "run": run}
     part["fragments"] = {name: render_to_string(t, context) for name, t in FRAGMENTS.items()}
     return part

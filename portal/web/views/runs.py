@@ -153,9 +153,13 @@ def run_new(request: HttpRequest) -> HttpResponse:
     else:
         form = RunForm(user=request.user)
         chosen = request.GET.get("preset", "")
-        form.initial_from_preset(
-            chosen if chosen in presets.available() else presets.default_name()
-        )
+        source = _run_to_edit(request)
+        if source is not None:  # "Edit and submit again" on a run that measured nothing
+            form.initial_from_text(rs.dump_spec(rs.parse_spec(source.spec, stored=True)))
+        else:
+            form.initial_from_preset(
+                chosen if chosen in presets.available() else presets.default_name()
+            )
     state = form.state() if form.is_bound else None
     # Each preset's spec text, so choosing one fills the spec at once (then checked).
     texts = {name: preset_yaml(name) for name in presets.available()}
@@ -167,6 +171,21 @@ def run_new(request: HttpRequest) -> HttpResponse:
         "refused": refused,
     }
     return render(request, "web/run_new.html", context, status=refused.status if refused else 200)
+
+
+def _run_to_edit(request: HttpRequest) -> Run | None:
+    """The run named by ``?from=`` when this user may see it and its spec still reads."""
+    public_id = request.GET.get("from", "")
+    if not public_id:
+        return None
+    run = queries.visible_runs(request.user).filter(public_id=public_id[:64]).first()
+    if run is None:
+        return None
+    try:
+        rs.parse_spec(run.spec, stored=True)
+    except rs.SpecError:
+        return None
+    return run
 
 
 @login_required

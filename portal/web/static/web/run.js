@@ -8,9 +8,26 @@
   const sb = window.servebench;
 
   function setup(live) {
-    sb.drawCharts(live);
-    sb.wire(live);
-    wireBudget(live);
+    withPlotly(live, function () {
+      sb.drawCharts(live);
+      sb.wire(live);
+      wireBudget(live);
+    });
+  }
+
+  // The page loads the chart library only when it has a chart; a run that was queued when
+  // the page opened loads it when its first results (and charts) arrive.
+  function withPlotly(live, then) {
+    const wants = live.querySelector("#figures-data, #telemetry-data");
+    if (window.Plotly || !wants || !live.dataset.plotlySrc) { then(); return; }
+    const script = document.createElement("script");
+    script.src = live.dataset.plotlySrc;
+    script.onload = function () {
+      then();
+      // telemetry.js wires its panel on a change under <body>: make one now Plotly is here.
+      document.body.appendChild(document.createComment("charts ready"));
+    };
+    document.body.appendChild(script);
   }
 
   async function refresh() {
