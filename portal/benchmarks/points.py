@@ -579,12 +579,19 @@ def best_within_budget(
     return max(ok, key=lambda p: p[2], default=None)
 
 
-def default_ttft_budget(results: RunResults) -> tuple[float, str] | None:
+def default_ttft_budget(
+    results: RunResults, spec: rs.Spec | None = None
+) -> tuple[float, str] | None:
     """The p99 TTFT budget a reader starts from, and where it comes from: the spec's SLO
-    when it sets one, else the median p99 TTFT over the load sweeps' points (rounded to
-    two significant digits), so about half of them fit. None without load points."""
+    when it sets one, else the SLA search's p99 TTFT limit (so the box and the search's
+    answer speak of one budget), else the median p99 TTFT over the load sweeps' points
+    (rounded to two significant digits), so about half of them fit. None without load
+    points."""
     if results.slo and results.slo.get("ttft_ms"):
         return float(results.slo["ttft_ms"]), "the spec's SLO"
+    search = spec.sla_search if spec is not None else None
+    if search is not None and search.slo.get("p99_ttft_ms"):
+        return float(search.slo["p99_ttft_ms"]), "the SLA search's SLO"
     latencies = sorted(
         latency
         for s in results.series()

@@ -151,9 +151,50 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
     }
 
 
-def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows of the facts a reader checks first; the rest is in the JSON."""
-    return envfacts.facts(snapshot, envfacts.SHOWN)
+# Facts about the model as the runner loads it: of an endpoint-only run they would describe
+# nothing that ran (the endpoint's server chose its own dtype, revision and length).
+_LOADED_MODEL_FACTS = {
+    "model.revision",
+    "model.revision_source",
+    "benchmark.dtype",
+    "benchmark.max_model_len",
+}
+# Relabelled for an endpoint-only run: the runner's machine ran only the bench client.
+_RUNNER_LABELS = {
+    "software.vllm": "vLLM (the runner's bench client)",
+    "gpu.model": "GPU (the runner's machine)",
+    "gpu.count": "GPU count (the runner's machine)",
+}
+
+
+def environment_facts(
+    snapshot: dict[str, Any], spec: rs.Spec | None = None
+) -> list[tuple[str, str]]:
+    """(label, value) rows of the facts a reader checks first; the rest is in the JSON.
+    For a run that only measured deployed endpoints these are the runner's machine's: the
+    model-loading facts are left out and the software says whose it is (the endpoints'
+    own facts are in their section)."""
+    if spec is None or spec.loads_model:
+        return envfacts.facts(snapshot, envfacts.SHOWN)
+    shown = tuple(f for f in envfacts.SHOWN if f.path not in _LOADED_MODEL_FACTS)
+    labels = {f.label: _RUNNER_LABELS.get(f.path, f.label) for f in shown}
+    return [(labels[label], value) for label, value in envfacts.facts(snapshot, shown)]
+
+
+def environment_note(spec: rs.Spec | None) -> str:
+    """What the environment section describes when the run measured endpoints."""
+    if spec is None or not spec.endpoint_backends:
+        return ""
+    if not spec.loads_model:
+        return (
+            "The machine the runner measured from, not the endpoint's: the endpoint reports "
+            "its own engine and version under Endpoints; its GPU, dtype and model revision "
+            "are not known here."
+        )
+    return (
+        "The runner's machine, where its own backends ran; each endpoint reports its own "
+        "engine and version under Endpoints."
+    )
 
 
 _ABSENT = {"", "none", "unknown"}

@@ -176,7 +176,7 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
             gpu_name=run.gpu_name,
         )
     )
-    budget = pts.default_ttft_budget(results)
+    budget = pts.default_ttft_budget(results, view.spec)
     budget_ms = budget[0] if budget else None
     headings = tables.summary_headings(results)
     charts = figures.run_figures(
@@ -201,7 +201,8 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "budget_best": budget_summary(results, budget_ms),
         "preempted": [p for p in results.points if (p.get("preemptions") or 0) > 0],
         "has_environment": environment is not None,
-        "env_facts": presenters.environment_facts(snapshot),
+        "env_facts": presenters.environment_facts(snapshot, view.spec),
+        "env_note": presenters.environment_note(view.spec),
         "snapshot": snapshot,
         "reproduce": presenters.reproduce_commands(view, snapshot),
         "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",

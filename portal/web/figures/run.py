@@ -534,6 +534,18 @@ def run_figures(
     out = RunCharts()
     for sweep in results.sweeps():
         mine = _mine(results, sweep)
+        if all(len(s.points) < 2 for s in mine):
+            # One point per backend (a spec without sweeps measures the workload's own
+            # point): a line through one dot says nothing, eight times over. Its numbers
+            # are in the summary table; against the baselines, one bar chart.
+            if results.baselines:
+                out.add(sweep, "output", throughput_figure(sweep, results, plan))
+            out.note(
+                sweep,
+                "One point per backend here, so no curves: its numbers are in the summary "
+                "table below.",
+            )
+            continue
         out.add(sweep, "output", throughput_figure(sweep, results, plan))
         out.add(sweep, "rates", rates_figure(sweep, results))
         if mine and mine[0].axis in pts.LOAD_AXES:
