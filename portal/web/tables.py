@@ -156,7 +156,7 @@ def records(results: RunResults) -> list[dict[str, Any]]:
     """One dict per point: identity, then each metric's mean and standard deviation
     (``<key>`` and ``<key>_std``) in stored units (fractions, bytes, ms)."""
     metrics = columns(results)
-    reference = results.reference
+    reference = results.reference_name
     out = []
     for p in results.points:
         record: dict[str, Any] = {
@@ -173,8 +173,8 @@ def records(results: RunResults) -> list[dict[str, Any]]:
             "repeats": p.repeats,
             "failed": p.failed,
             "speedup_vs_hf": results.speedup(p),
-            # which baseline speedup_vs_hf is over (hf-sequential when the run has one)
-            "speedup_reference": reference.backend if reference is not None else None,
+            # which backend speedup_vs_hf is over (hf-sequential when the run has one)
+            "speedup_reference": reference,
         }
         for metric in metrics:
             record[metric.key] = p.get(metric.key)

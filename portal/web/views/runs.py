@@ -204,7 +204,7 @@ def run_new_check(request: HttpRequest) -> JsonResponse:
 @permalink
 def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    context = run_page.build(request.user, run)
+    context = run_page.build(request.user, run, request.GET.get("reference"))
     point = context["history_point"]
     if run.fingerprint and point is not None:
         query = urlencode(
@@ -278,13 +278,20 @@ def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     return response
 
 
+def _results(request: HttpRequest, run: Run) -> Any:
+    """The run's points, their speedups over the reader's ``?reference=`` (as the page)."""
+    results = runview.load(run).results
+    results.chosen_reference = run_page.reference_param(run, request.GET.get("reference"))
+    return results
+
+
 @require_GET
 @permalink
 def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
     """The summary table: one row per backend and point, each metric's mean and std."""
     run = run_or_404(request, public_id)
     response = HttpResponse(
-        tables.as_csv(runview.load(run).results), content_type="text/csv; charset=utf-8"
+        tables.as_csv(_results(request, run)), content_type="text/csv; charset=utf-8"
     )
     response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-points.csv"'
     return response
@@ -294,7 +301,7 @@ def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
 @permalink
 def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    body = {"run": run.public_id, "points": tables.records(runview.load(run).results)}
+    body = {"run": run.public_id, "points": tables.records(_results(request, run))}
     response = JsonResponse(body, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = (
         f'attachment; filename="servebench-{run.short_id}-points.json"'

@@ -13,6 +13,17 @@
       sb.wire(live);
       wireBudget(live);
     });
+    wireReference(live);
+  }
+
+  // Choosing the reference reloads the page with ?reference= (the form's own submit), so
+  // the choice lives in the URL a reader shares.
+  function wireReference(live) {
+    const form = live.querySelector("#reference-picker");
+    if (!form) return;
+    const apply = form.querySelector("#reference-apply");
+    if (apply) apply.hidden = true;
+    form.querySelector("select").addEventListener("change", function () { form.submit(); });
   }
 
   // The page loads the chart library only when it has a chart; a run that was queued when
