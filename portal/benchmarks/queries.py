@@ -199,7 +199,10 @@ def run_list(
     return (
         runs.select_related("owner")
         .defer(*LIST_DEFERRED)
-        .annotate(label_list=labels(OuterRef("pk")))
+        .annotate(
+            label_list=labels(OuterRef("pk")),
+            backend_specs=KeyTransform("backends", "spec"),  # Run.backend_display
+        )
         .order_by("-created_at", "-id")
     )
 

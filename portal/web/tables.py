@@ -178,7 +178,9 @@ def records(results: RunResults) -> list[dict[str, Any]]:
         }
         for metric in metrics:
             record[metric.key] = p.get(metric.key)
-            record[f"{metric.key}_std"] = p.std.get(metric.key)
+            # A standard deviation needs two repeats: measured once, it is unknown (empty),
+            # never a 0.0 that reads as "no spread".
+            record[f"{metric.key}_std"] = p.std.get(metric.key) if p.repeats > 1 else None
         out.append(record)
     return out
 
