@@ -327,3 +327,25 @@ def test_python_m_servebench_and_bin_servebench_run(tmp_path):
         )
         assert usage.returncode == 2
         assert usage.stderr.count("\n") == 1
+
+
+def test_wait_says_the_queue_position_every_30_seconds(portal, tmp_path, spec_dict):
+    # A queued run (no worker here): the wait prints where it stands in the queue every
+    # 30 s, not only every few minutes. A clock that moves 5 s a look.
+    import itertools
+
+    from servebench import cli as sb_cli
+    from servebench.client import Client, ServebenchError
+
+    url, token, _ = portal
+    client = Client(url, token)
+    run = client.submit(yaml.safe_dump(spec_dict()))
+    ticks = itertools.count(0, 5)
+    out = io.StringIO()
+    with pytest.raises(ServebenchError, match="timed out"):
+        sb_cli.wait_for(
+            client, run["id"], timeout=120, poll=0, out=out, clock=lambda: float(next(ticks))
+        )
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3, lines
+    assert all("queued" in line and "position 1 in the queue" in line for line in lines)
