@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from runners.choices import argparse_message
 from servebench import __version__, render
 from servebench.client import ApiError, Client, ServebenchError, TransientError
 from servebench.compare import Comparison, History, compare_documents
@@ -79,6 +80,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (and exit 2), like every error."""
 
     def error(self, message: str) -> NoReturn:
+        message = argparse_message(message)  # "did you mean", as every choice error says
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 

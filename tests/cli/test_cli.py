@@ -119,7 +119,8 @@ def test_validate_accepts_a_good_spec(cli, tmp_path, spec_dict):
         (["compare", "a", "b", "--metric", "tokens_per_joule"], "unknown metric"),
         (["submit", "spec.yaml", "--baseline", "latest:main"], "need --wait"),
         (["submit"], "give a spec file or --preset NAME"),
-        (["nonsense"], "invalid choice: 'nonsense'"),
+        (["nonsense"], "'nonsense' is not one of the choices: submit, status"),
+        (["results", "a", "--format", "jsno"], "--format: 'jsno': did you mean 'json'?"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(cli, argv, expected):
