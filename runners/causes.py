@@ -108,7 +108,13 @@ def first_cause(text: str | None, *, logs: bool = False) -> str:
     body = text.strip()[len(head) :]
     cause = _root((_exceptions(_read_log(text)) if logs else []) or _exceptions(body))
     if cause is None:
-        return _short(head)
+        # No exception to name: the sentence without its "Last lines of its log (PATH):"
+        # heading (never a heading with nothing under it on this one line), and the log's
+        # last line when there is one.
+        last = next((_clean(x) for x in reversed(body.splitlines()) if _clean(x)), "")
+        if sentence == head.rstrip():
+            return _short(head)
+        return _short(f"{sentence}; the last line of its log: {last}" if last else sentence)
     if cause in sentence:
         return _short(sentence)
     return _short(f"{sentence}: {cause}")

@@ -294,8 +294,8 @@ class Runner:
                             )
                         else:
                             reason = (
-                                f"{server.LABEL} had exited before this point. Last lines of "
-                                f"its log ({server.log_path}):\n{server.log_tail()}"
+                                f"{server.LABEL} had exited before this point. "
+                                + procs.log_section(server.log_path, server.log_tail())
                             )
                             m = self._failed(
                                 backend.name, point_info(point), repeat, reason, backend.kind

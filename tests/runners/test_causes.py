@@ -176,3 +176,13 @@ def test_an_empty_log_is_said_to_be_empty(tmp_path: Path) -> None:
     assert section == f"Its log ({empty}) is empty: it failed before writing anything."
     assert procs.log_section(tmp_path / "absent.log", procs.tail(tmp_path / "absent.log"))
     assert procs.log_section(None, "") == "It left no log."
+
+
+def test_a_log_without_an_exception_never_leaves_an_empty_heading() -> None:
+    text = (
+        "the HF baseline exited with code 137. Last lines of its log (/work/hf.log):\n"
+        "loading weights\nKilled\n"
+    )
+    cause = causes.first_cause(text)
+    assert cause == "the HF baseline exited with code 137; the last line of its log: Killed"
+    assert "Last lines of" not in causes.headline([("hf-sequential", text)], 1)
