@@ -98,3 +98,36 @@ def test_a_queued_run_offers_no_rerun_download_or_charts(
         _fits(page)
         page.shot(f"run-queued-{width}")
     assert page.console_errors == []
+
+
+def test_a_queued_page_draws_the_charts_when_its_results_arrive(page: Any, make_user: Any) -> None:
+    # Opened while queued (no chart library loaded), left open while the run runs: the
+    # live page loads the library when the first charts arrive and draws them.
+    import random
+
+    import webdata
+
+    from portal.benchmarks import environment, intake
+    from portal.benchmarks.models import Run
+
+    user = make_user("ada")
+    run = intake.create_run(user, webdata.sweep_spec([1, 4]), "late charts")
+    page.sign_in(user.username, "pw-ada")
+    page.page.set_viewport_size({"width": 390, "height": 900})
+    page.goto(run.get_absolute_url())
+    assert page.page.evaluate("typeof window.Plotly") == "undefined"
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+    run.refresh_from_db()
+    environment.store_environment(run, webdata.snapshot(), "f" * 64)
+    ingestion.ingest_measurement(run, webdata.hf_measurement(40.0))
+    rng, base = random.Random(1), webdata.recording()
+    for c in (1, 4):
+        data = webdata.scaled_point(base, c, rng, 2000.0)
+        ingestion.ingest_measurement(
+            run, webdata.vllm_measurement("concurrency", "max_concurrency", c, data)
+        )
+    ingestion.ingest_event(run, rr.Event(type="finished", status="succeeded", errors=[]))
+    page.wait_for("document.querySelector('#chart-concurrency-output .main-svg')", 30_000)
+    assert page.page.evaluate("typeof window.Plotly") == "object"
+    page.shot("run-live-charts-arrive-390")
+    assert page.console_errors == []
