@@ -21,6 +21,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from portal.benchmarks.points import METRICS, Metric, PointStats, RunResults, display_value
+from runners import spec as rs
 
 
 @dataclass
@@ -165,7 +166,7 @@ def records(results: RunResults) -> list[dict[str, Any]]:
             "point": p.point_key,
             "sweep": p.sweep,
             "axis": p.axis,
-            "value": p.value,
+            "value": rs.whole_numbers(p.value),  # concurrency 4, not 4.0
             "input_len": p.input_len,
             "output_len": p.output_len,
             "concurrency": p.concurrency,

@@ -87,6 +87,8 @@ def test_csv_std_columns_are_empty_for_one_repeat(page: Any, make_user: Any) -> 
     rows = list(csv.DictReader(io.StringIO(response.text())))
     assert rows and all(r["output_throughput"] for r in rows)
     assert {r["output_throughput_std"] for r in rows} == {""}
+    # Whole numbers as integers: concurrency 4, not 4.0.
+    assert {r["value"] for r in rows if r["sweep"] == "concurrency"} == {"1", "4", "16"}
 
 
 def test_the_tokens_page_fits_a_phone(page: Any, make_user: Any) -> None:
