@@ -13,6 +13,8 @@ Refused (SpecError, HTTP 400 naming the field; every refusal at once):
   them: ``local_gpus``): on a machine without a GPU the runner would silently measure
   the CPU instead. ``gpu_count: 0`` runs on the CPU on purpose (the tiny demo preset
   does).
+- a local model directory or dataset file that does not exist on this machine (local
+  executor: the runner runs here, so the run could only fail when it loads them).
 - ``resources.gpu_count`` above SERVEBENCH_K8S_MAX_GPUS on Kubernetes (no node has that
   many: the Job would fail at dispatch).
 
@@ -22,8 +24,6 @@ Warned about (returned with the created run; the form shows them before it is su
   downloads are off (HF_HUB_OFFLINE=1), on the local executor: the runner would fail when
   it loads the model. A warning, not a refusal: the worker's cache may differ from the web
   server's, and a model can be put there before the run starts.
-- a local model directory or dataset file that does not exist on this machine (local
-  executor).
 
 Field names are spec paths without the ``spec.`` prefix the API adds (``resources.gpu_count``).
 """
@@ -196,9 +196,9 @@ def _paths(spec: rs.Spec) -> list[Finding]:
             out.append(
                 Finding(
                     field,
-                    f"there is no directory {value!r} on this machine: the run will fail when "
-                    "it loads the model; check the path",
-                    False,
+                    f"there is no directory {value!r} on this machine, where the run would "
+                    "load it; check the path (or put the model there first)",
+                    True,
                 )
             )
     path = spec.workload.dataset_path
@@ -206,9 +206,9 @@ def _paths(spec: rs.Spec) -> list[Finding]:
         out.append(
             Finding(
                 "workload.dataset_path",
-                f"there is no file {path!r} on this machine: the run will fail when it reads "
-                "the dataset; check the path",
-                False,
+                f"there is no file {path!r} on this machine, where the run would read it; "
+                "check the path (or put the file there first)",
+                True,
             )
         )
     return out
