@@ -212,7 +212,7 @@ class Runner:
         if code != 0 or "metrics" not in data:
             error = error or (
                 f"the HF baseline exited with code {code}. "
-                f"Last lines of its log ({log_path}):\n{procs.tail(log_path)}"
+                + procs.log_section(log_path, procs.tail(log_path))
             )
         else:
             fields |= {
@@ -298,8 +298,8 @@ class Runner:
                             )
                         else:
                             reason = (
-                                f"{server.LABEL} {server.ended()} before this point. Last lines "
-                                f"of its log ({server.log_path}):\n{server.log_tail()}"
+                                f"{server.LABEL} {server.ended()} before this point. "
+                                + procs.log_section(server.log_path, server.log_tail())
                             )
                             m = self._failed(
                                 backend.name, point_info(point), repeat, reason, backend.kind
@@ -354,9 +354,8 @@ class Runner:
                 )
             else:
                 assert isinstance(target, LocalServer)
-                reason = (
-                    f"{target.LABEL} {target.ended()} before this point. Last lines of its "
-                    f"log ({target.log_path}):\n{target.log_tail()}"
+                reason = f"{target.LABEL} {target.ended()} before this point. " + procs.log_section(
+                    target.log_path, target.log_tail()
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
             # A point that failed because its server (or a deployed endpoint) is gone says
@@ -486,7 +485,10 @@ class Runner:
         ]
         reason = causes.headline(failures, self.total, model=self.spec.model.id, logs=True)
         oom = procs.oom_cause(self.oom_kills_at_start)
-        if oom and any("code -9" in (m.error or "") for m in self.document.measurements):
+        # A child the OOM killer ended: "exited with code -9" (the HF baseline) or "was
+        # killed by signal SIGKILL (9)" (a server, procs.exit_text).
+        killed = ("code -9", "signal SIGKILL")
+        if oom and any(k in (m.error or "") for m in self.document.measurements for k in killed):
             reason = f"{oom}\n{reason}"
         self._finish("failed", reason)
         return ExitCode.FAILED

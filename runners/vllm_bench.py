@@ -440,14 +440,13 @@ def measure_point(
         fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
         if not is_endpoint and not target.alive:
             assert not isinstance(target, Endpoint)
-            error = (
-                f"{target.LABEL} {target.ended()} during this point. "
-                f"Last lines of its log ({target.log_path}):\n{target.log_tail()}"
+            error = f"{target.LABEL} {target.ended()} during this point. " + procs.log_section(
+                target.log_path, target.log_tail()
             )
         elif code != 0 or not result_path.exists():
             error = (
                 f"vLLM's bench client exited with code {code} without a result. "
-                f"Last lines of its log ({log_path}):\n{procs.tail(log_path)}"
+                + procs.log_section(log_path, procs.tail(log_path))
             )
         else:
             data = json.loads(result_path.read_text())
