@@ -68,6 +68,12 @@ class RunSerializer(serializers.ModelSerializer):
     failure_reason = serializers.SerializerMethodField(
         help_text="Why it failed: whole for its owner, the first line for other readers."
     )
+    storage_problem = serializers.SerializerMethodField(
+        help_text=(
+            "While the portal cannot store the run's measurements (its samples storage "
+            "fails; the runner retries): since when, and what to do. Empty otherwise."
+        )
+    )
     progress = serializers.SerializerMethodField()
     links = serializers.SerializerMethodField()
 
@@ -78,6 +84,7 @@ class RunSerializer(serializers.ModelSerializer):
             "name",
             "status",
             "failure_reason",
+            "storage_problem",
             "owner",
             "model_id",
             "gpu_name",
@@ -97,6 +104,9 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_failure_reason(self, run: Run) -> str:
         return sharing.failure_reason_for(_user(self.context), run)
+
+    def get_storage_problem(self, run: Run) -> str:
+        return sharing.storage_notice(_user(self.context), run)
 
     @extend_schema_field(ProgressSerializer)
     def get_progress(self, run: Run) -> dict[str, int]:
@@ -138,6 +148,7 @@ def run_summaries(runs: Any, request: Any = None) -> list[dict[str, Any]]:
                 "name": run.name,
                 "status": run.status,
                 "failure_reason": sharing.failure_reason_for(user, run),
+                "storage_problem": sharing.storage_notice(user, run),
                 "owner": run.owner.username,
                 "model_id": run.model_id,
                 "gpu_name": run.gpu_name,

@@ -99,6 +99,22 @@ def failure_reason_for(user: AbstractBaseUser | AnonymousUser | None, run: Run) 
     return one_line(run.failure_reason)
 
 
+def storage_notice(user: AbstractBaseUser | AnonymousUser | None, run: Run) -> str:
+    """While the portal cannot store the run's measurements (``Run.storage_problem``): since
+    when, what failed and what to do; the storage's name and error only for who manages
+    the run (others learn that nothing is lost). Empty when all is well or the run ended."""
+    if not run.storage_problem or run.is_final:
+        return ""
+    since = run.storage_problem_since
+    when = f"Since {since:%H:%M:%S} UTC: " if since else ""
+    if queries.may_manage(user, run):
+        return when + run.storage_problem
+    return (
+        when + "the portal cannot store this run's measurements right now. The runner keeps "
+        "them and retries, so nothing is lost; the run goes on once the storage answers."
+    )
+
+
 def error_for(manager: bool, text: str | None) -> str:
     """A runner's error text as a reader sees it (``manager``: may manage the run)."""
     if not text:

@@ -36,19 +36,3 @@ def notes(user: Any, run: Run) -> list[dict[str, str]]:
     for i, text in enumerate(retention.notes(run)):
         out.append({"id": f"expired-{i}", "text": text, "url": ""})
     return out
-
-
-def storage_notice(user: Any, run: Run) -> str:
-    """While the portal cannot store the run's measurements (``Run.storage_problem``): since
-    when, what failed and what to do; the storage's name and error only for who manages
-    the run (others learn that nothing is lost). Empty when all is well or the run ended."""
-    if not run.storage_problem or run.is_final:
-        return ""
-    since = run.storage_problem_since
-    when = f"Since {since:%H:%M:%S} UTC: " if since else ""
-    if queries.may_manage(user, run):
-        return when + run.storage_problem
-    return (
-        when + "the portal cannot store this run's measurements right now. The runner keeps "
-        "them and retries, so nothing is lost; the run goes on once the storage answers."
-    )

@@ -385,6 +385,8 @@ def test_a_storage_outage_shows_on_the_run_page_with_what_to_do(s3, runner, pers
     assert f"Since {since:%H:%M:%S} UTC" in html
     live = owner.get(status).json()["storage_problem"]
     assert live.startswith(f"Since {since:%H:%M:%S} UTC: The portal cannot store")
+    api = personas["owner"].client.get(f"/api/v1/runs/{run.public_id}/").json()
+    assert api["storage_problem"] == live  # the CLI and CI see it too
     # Someone else sees that nothing is lost, not the storage's address or its error.
     someone = Client()
     someone.force_login(personas["other"].user)

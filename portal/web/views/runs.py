@@ -214,7 +214,7 @@ def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     context.update(
         run=run,
         run_notes=run_notes.notes(request.user, run),
-        storage_notice=run_notes.storage_notice(request.user, run),
+        storage_notice=sharing.storage_notice(request.user, run),
         status_url=reverse("web:run-status", args=[run.public_id]),
         log_url=reverse("web:run-log", args=[run.public_id]),
         absolute_url=request.build_absolute_uri(run.get_absolute_url()),
@@ -237,7 +237,7 @@ def run_status(request: HttpRequest, public_id: str) -> JsonResponse:
             "total": run.progress_total,
             "failure_reason": sharing.failure_reason_for(request.user, run),
             "queue": queue_info(run),
-            "storage_problem": run_notes.storage_notice(request.user, run),
+            "storage_problem": sharing.storage_notice(request.user, run),
             "updated_at": run.updated_at.isoformat(),
         }
     )
