@@ -1,0 +1,201 @@
+"""Production traffic against one real vLLM server on the tiny model: a generated trace
+replayed with its send lag and shared prefixes, 3-turn sessions with growing inputs and
+per-turn TTFT, servebench's client against vLLM's on the same single-turn requests, and
+greedy agreement with the HF reference. One server for the module (~100 s to start on 2
+cores); a few hundred tiny requests in all.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from runners.spec import Point, parse_spec
+from runners.vllm_bench import measure_point
+from runners.vllm_server import VLLMServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm")]
+
+POINT = Point(
+    sweep="single", axis=None, value=None, input_len=32, output_len=8,
+    max_concurrency=1, num_prompts=1, request_rate=None,
+)  # fmt: skip
+
+
+def spec_of(model: Path, workload: dict, **more):
+    return parse_spec(
+        {
+            "model": {"id": str(model), "max_model_len": 1024},
+            "workload": {"input_len": 32, "output_len": 8, "num_warmups": 1, **workload},
+            "backends": [{"kind": "vllm", "enable_prefix_caching": True}],
+            **more,
+        }
+    )
+
+
+def write_mooncake(path: Path, n: int = 200, span_ms: int = 4000, seed: int = 1) -> Path:
+    """A Mooncake-style trace: arrivals over span_ms, prompts of 3-6 blocks of which the
+    first 1-3 come from 4 shared groups (a system prompt, a document), outputs 2-6."""
+    rng = random.Random(seed)
+    lines, next_id = [], 1000
+    for i in range(n):
+        group = rng.randrange(4)
+        shared = [group * 10 + k for k in range(rng.randint(1, 3))]
+        own = list(range(next_id, next_id + rng.randint(2, 3)))
+        next_id += len(own)
+        blocks = shared + own
+        lines.append(
+            {
+                "timestamp": int(i * span_ms / n),
+                "input_length": len(blocks) * 16,
+                "output_length": rng.randint(2, 6),
+                "hash_ids": blocks,
+            }
+        )
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    spec = spec_of(tiny_model, {"sessions": {"num_sessions": 1}})
+    workdir = tmp_path_factory.mktemp("traffic")
+    backend = spec.vllm_backends[0]
+    with VLLMServer(spec, backend, workdir / "server.log") as srv:
+        yield srv, backend, workdir
+
+
+def test_a_generated_trace_replays_with_its_send_lag_and_shared_prefixes(
+    server, tiny_model, tmp_path
+):
+    srv, backend, workdir = server
+    trace = write_mooncake(tmp_path / "trace.jsonl")
+    spec = spec_of(
+        tiny_model, {"trace": {"path": str(trace), "format": "mooncake", "block_size": 16}}
+    )
+    m = measure_point(srv, spec, backend, POINT, 0, workdir)
+    assert m.status == "succeeded", m.error
+    traffic = m.raw["traffic"]
+    assert traffic["trace"]["replayed"] == 200 and m.metrics["completed"] == 200
+    lag = traffic["lag"]
+    assert lag["p99_ms"] >= 0 and "kept_up" in lag
+    assert f"send lag p99 {lag['p99_ms']:.1f} ms" in m.raw["servebench"]["note"]
+    # Shared hash_ids became shared prompt prefixes: the server served them from its cache.
+    assert traffic["prefix_cache_hit_rate"] > 0.2
+    assert m.server_metrics.prefix_cache_hit_rate > 0.2
+    # The arrivals followed the trace's clock: ~4 s of trace took ~4 s to send.
+    starts = m.detail["start_times"]
+    assert 3.5 < max(starts) - min(starts) < 4 + lag["max_ms"] / 1000 + 0.5
+    assert m.commands["bench"].startswith("python -m runners.traffic --spec ")
+
+
+def test_a_trace_the_client_cannot_keep_up_with_says_so(server, tiny_model, tmp_path):
+    srv, backend, workdir = server
+    trace = write_mooncake(tmp_path / "burst.jsonl", n=60, span_ms=60)
+    spec = spec_of(
+        tiny_model,
+        {
+            "trace": {
+                "path": str(trace),
+                "format": "mooncake",
+                "block_size": 16,
+                "lag_limit_ms": 0.001,
+                "time_scale": 0.5,
+            }
+        },
+    )
+    m = measure_point(srv, spec, backend, POINT, 0, workdir)
+    assert m.status == "succeeded", m.error
+    assert m.raw["traffic"]["lag"]["kept_up"] is False
+    assert "the client could not keep up" in m.raw["servebench"]["note"]
+    assert m.raw["traffic"]["trace"]["span_s"] == pytest.approx(0.059 * 0.5, abs=0.002)
+
+
+def test_three_turn_sessions_grow_their_inputs_and_report_each_turn(server, tiny_model):
+    srv, backend, workdir = server
+    spec = spec_of(
+        tiny_model,
+        {
+            "input_len": 32,
+            "sessions": {"num_sessions": 8, "turns": 3, "session_concurrency": 4,
+                         "think_time_s": 0.05},
+        },
+    )  # fmt: skip
+    m = measure_point(srv, spec, backend, POINT, 0, workdir)
+    assert m.status == "succeeded", m.error
+    turns = m.raw["traffic"]["per_turn"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert all(t["requests"] == 8 and t["mean_ttft_ms"] > 0 for t in turns)
+    inputs = [t["mean_input_tokens"] for t in turns]
+    assert inputs[0] == 32 and inputs[0] < inputs[1] < inputs[2]  # the context grows
+    # Later turns find their earlier context in the prefix cache; the first cannot.
+    assert turns[0]["prefix_cache_hit_rate"] < 0.5 < turns[2]["prefix_cache_hit_rate"]
+    assert m.metrics["completed"] == 24
+
+
+def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny_model, tmp_path):
+    """The same 32 prompts, 4 at a time: once through vLLM's bench client, once as
+    one-turn sessions through servebench's; token counts equal, latencies within noise."""
+    srv, backend, workdir = server
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    rng = random.Random(3)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": " ".join(rng.choices(words, k=24))}) + "\n" for _ in range(32)
+        )
+    )
+    sessions_file = tmp_path / "sessions.jsonl"
+    sessions_file.write_text(
+        "".join(
+            json.dumps({"turns": [json.loads(line)["prompt"]]}) + "\n"
+            for line in prompts.read_text().splitlines()
+        )
+    )
+    common = {"output_len": 16, "num_warmups": 2}
+    vllm_spec = spec_of(
+        tiny_model,
+        {**common, "dataset": "custom", "dataset_path": str(prompts), "num_prompts": 32,
+         "max_concurrency": 4},
+    )  # fmt: skip
+    ours_spec = spec_of(
+        tiny_model,
+        {**common, "sessions": {"source": "custom", "path": str(sessions_file),
+                                "num_sessions": 32, "turns": 1, "session_concurrency": 4}},
+    )  # fmt: skip
+    point = POINT.model_copy(update={"output_len": 16, "max_concurrency": 4, "num_prompts": 32})
+    theirs = measure_point(srv, vllm_spec, backend, point, 0, workdir)
+    ours = measure_point(srv, ours_spec, backend, point, 0, workdir)
+    assert theirs.status == ours.status == "succeeded", (theirs.error, ours.error)
+    a, b = theirs.metrics, ours.metrics
+    for key in ("completed", "total_input_tokens", "total_output_tokens"):
+        assert a[key] == b[key], key
+    assert sorted(theirs.detail["input_lens"]) == sorted(ours.detail["input_lens"])
+    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms",
+                "output_throughput"):  # fmt: skip
+        assert 0.5 < b[key] / a[key] < 2.0, (key, a[key], b[key])
+
+
+def test_greedy_answers_under_load_agree_with_the_hf_reference(server, tiny_model, tmp_path):
+    srv, backend, workdir = server
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text(
+        json.dumps({"prompt": "one two", "expected": r"\S", "match": "regex"}) + "\n"
+        + json.dumps({"prompt": "three", "expected": "never this", "match": "exact"}) + "\n"
+    )  # fmt: skip
+    trace = write_mooncake(tmp_path / "trace.jsonl", n=40, span_ms=1000)
+    spec = spec_of(
+        tiny_model,
+        {"trace": {"path": str(trace), "format": "mooncake", "block_size": 16}},
+        correctness={"sample": 8, "eval_file": str(evals)},
+    )
+    m = measure_point(srv, spec, backend, POINT, 0, workdir)
+    assert m.status == "succeeded", m.error
+    checked = m.raw["traffic"]["correctness"]
+    assert checked["reference"]["sampled"] == 8
+    assert m.metrics["greedy_agreement"] >= 0.75, checked
+    assert m.metrics["eval_accuracy"] == 0.5  # the regex matches, the exact answer cannot
+    assert m.metrics["completed"] == 40  # the eval prompts are not in the speed metrics
