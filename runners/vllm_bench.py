@@ -479,6 +479,11 @@ def measure_point(
                 code = procs.run([*argv, *flags], log_path, env=env)
         fields["conditions"] = watch.result()
         fields["server_metrics"] = watcher.result()
+        speculation = {
+            k: getattr(fields["server_metrics"], k)
+            for k in ("spec_decode_acceptance_rate", "spec_decode_mean_accepted_length")
+            if getattr(fields["server_metrics"], k) is not None
+        }
         # NVML sees this machine's GPUs: an endpoint's memory is not among them.
         fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
         if not is_endpoint and not target.alive:
@@ -505,7 +510,7 @@ def measure_point(
                 facts["note"] = f"{facts['note']}; {note}" if facts.get("note") else note
             error = client_failure(data) or length_failure(backend, facts)
             if error is None:
-                fields["metrics"] = metrics
+                fields["metrics"] = metrics | speculation  # judged like any metric
                 checked = (fields["raw"].get("traffic") or {}).get("correctness") or {}
                 fields["metrics"] |= checked.get("metrics") or {}
             elif target.alive and (why := probe(target, spec, point, backend)):

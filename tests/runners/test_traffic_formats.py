@@ -176,3 +176,25 @@ def test_traffic_the_spec_cannot_run_is_refused_naming_the_field(data, field, wo
     first = caught.value.errors[0]
     assert first["field"] == field, caught.value.errors
     assert words in first["message"]
+
+
+def test_speculative_decoding_metrics_come_from_the_servers_counters():
+    from runners import server_metrics as sm
+
+    before = sm.parse(
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 12.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 7.0\n'
+    )
+    after = sm.parse(
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 110.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 330.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 162.0\n'
+    )
+    deltas = [after[n] - before[n] for n in sm.SPEC_DECODE]
+    got = sm.spec_decode(*deltas)
+    assert got["spec_decode_acceptance_rate"] == pytest.approx(150 / 300)
+    assert got["spec_decode_mean_accepted_length"] == pytest.approx(1 + 150 / 100)
+    assert sm.spec_decode(None, None, None) == {} and sm.spec_decode(0, 0, 0) == {}
