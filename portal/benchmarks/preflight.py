@@ -185,16 +185,16 @@ def _paths(spec: rs.Spec) -> list[Finding]:
                     False,
                 )
             )
-    path = spec.workload.dataset_path
-    if path and path.startswith("/") and not Path(path).is_file():
-        out.append(
-            Finding(
-                "workload.dataset_path",
-                f"there is no file {path!r} on this machine: the run will fail when it reads "
-                "the dataset; check the path",
-                False,
+    for field, path in spec.data_files():
+        if path.startswith("/") and not Path(path).is_file():
+            out.append(
+                Finding(
+                    field,
+                    f"there is no file {path!r} on this machine: the run will fail when it "
+                    "reads it; check the path",
+                    False,
+                )
             )
-        )
     return out
 
 

@@ -154,6 +154,19 @@ class Spec(Strict):
                 f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}"
             )
 
+    def data_files(self) -> list[tuple[str, str]]:
+        """(field, path) of every file the runner reads requests from: the prompts file,
+        a trace, a sessions file, the eval file. The portal's path policy and preflight
+        check each (one list, so a new file field cannot escape them)."""
+        w, c = self.workload, self.correctness
+        files = [
+            ("workload.dataset_path", w.dataset_path),
+            ("workload.trace.path", w.trace.path if w.trace else None),
+            ("workload.sessions.path", w.sessions.path if w.sessions else None),
+            ("correctness.eval_file", c.eval_file if c else None),
+        ]
+        return [(field, path) for field, path in files if path]
+
     @property
     def hf_backends(self) -> list[HFBackend]:
         return [b for b in self.backends if isinstance(b, HFBackend)]
