@@ -59,6 +59,7 @@ class Sent:
     turn: int | None = None
     cached_tokens: int | None = None
     prompt: Any = None
+    token_ids: list[int] | None = None  # generated, when the server returned them
     eval_item: dict[str, Any] | None = None
 
     @property
@@ -75,10 +76,12 @@ class Target:
     ids: bool  # prompts as token ids (vLLM completions) or text
     ignore_eos: bool
     extra_body: dict[str, Any] = field(default_factory=dict)
+    token_ids: bool = False  # ask for the generated token ids (vLLM: return_token_ids)
 
 
 def install_cached_tokens() -> None:
-    """Read ``usage.prompt_tokens_details.cached_tokens`` from the stream vLLM's parser
+    """Read ``usage.prompt_tokens_details.cached_tokens`` (and, when the correctness check
+    asked for them, each chunk's generated ``token_ids``) from the stream vLLM's parser
     reads (its handler, subclassed: the messages are untouched) into the running
     request's context."""
     from vllm.benchmarks.lib import endpoint_request_func as erf
@@ -94,13 +97,23 @@ def install_cached_tokens() -> None:
             messages = super().add_chunk(chunk_bytes)
             box = _CACHED.get()
             for message in messages:
-                if box is None or '"prompt_tokens_details"' not in message:
+                if box is None:
+                    continue
+                ids = box.get("token_ids")
+                if '"prompt_tokens_details"' not in message and (
+                    ids is None or '"token_ids"' not in message
+                ):
                     continue
                 try:
-                    usage = json.loads(message.removeprefix("data: ")).get("usage") or {}
-                except (json.JSONDecodeError, AttributeError):
+                    data = json.loads(message.removeprefix("data: "))
+                except json.JSONDecodeError:
                     continue
-                details = usage.get("prompt_tokens_details") or {}
+                if not isinstance(data, dict):
+                    continue
+                for choice in data.get("choices") or []:
+                    if ids is not None and isinstance(choice.get("token_ids"), list):
+                        ids.extend(choice["token_ids"])
+                details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
                 if isinstance(details.get("cached_tokens"), int):
                     box["cached_tokens"] = details["cached_tokens"]
             return messages
@@ -135,8 +148,8 @@ class Client:
 
     async def _send(
         self, http: Any, prompt: Any, prompt_len: int, output_len: int, ignore_eos: bool
-    ) -> tuple[Any, int | None]:
-        box: dict[str, Any] = {}
+    ) -> tuple[Any, dict[str, Any]]:
+        box: dict[str, Any] = {"token_ids": []} if self.target.token_ids else {}
         _CACHED.set(box)
         kwargs: dict[str, Any] = {}
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
@@ -154,7 +167,7 @@ class Client:
             **kwargs,
         )
         output = await self.func(request, http)
-        return output, box.get("cached_tokens")
+        return output, box
 
     def _single(self, ids: list[int]) -> Any:
         if self.target.api == "chat":
@@ -165,10 +178,18 @@ class Client:
 
     async def _at(self, http: Any, t0: float, at: float, ids: list[int], out_len: int) -> None:
         await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-        output, cached = await self._send(
+        output, box = await self._send(
             http, self._single(ids), len(ids), out_len, self.target.ignore_eos
         )
-        self.sent.append(Sent(output, t0 + at, cached_tokens=cached, prompt=self._single(ids)))
+        self.sent.append(
+            Sent(
+                output,
+                t0 + at,
+                cached_tokens=box.get("cached_tokens"),
+                prompt=self._single(ids),
+                token_ids=box.get("token_ids"),
+            )
+        )
 
     async def replay(self, http: Any, loaded: traces.LoadedTrace, t0: float) -> None:
         jobs = [
@@ -210,14 +231,15 @@ class Client:
             history: list[tuple[list[int], str]] = []
             for k, user in enumerate(conv.turns):
                 prompt = self._context(history, user)
-                output, cached = await self._send(
+                output, box = await self._send(
                     http,
                     prompt,
                     self._prompt_len(prompt),
                     self.spec.workload.output_len,
                     self.target.ignore_eos,
                 )
-                self.sent.append(Sent(output, due, conv.index, k + 1, cached, prompt))
+                cached, ids = box.get("cached_tokens"), box.get("token_ids")
+                self.sent.append(Sent(output, due, conv.index, k + 1, cached, prompt, ids))
                 if not output.success:
                     break  # the conversation cannot go on without its answer
                 history.append((user, output.generated_text))
@@ -453,7 +475,16 @@ def main(argv: list[str]) -> int:
     tokenizer = AutoTokenizer.from_pretrained(
         m.tokenizer or m.id, trust_remote_code=m.trust_remote_code
     )
+    # The correctness check compares token ids: vLLM returns them when asked.
+    token_ids = (
+        spec.correctness is not None
+        and spec.correctness.reference == "hf"
+        and not args.text_prompts
+    )
+    if token_ids:
+        extra["return_token_ids"] = True
     target = Target(
+        token_ids=token_ids,
         base_url=args.base_url,
         api=args.api,
         model=m.id,

@@ -5,8 +5,9 @@ answers it should give?
   (``correctness.sample``, evenly spaced in send order) is decoded again by Transformers,
   greedily, from the same prompt (a chat prompt through the model's chat template), for
   the same number of tokens (no end-of-sequence when the workload ignores it). Both
-  answers are compared as token ids of their texts, re-tokenized the same way, so a
-  server's text and the reference's are judged alike. A request's agreement is the share
+  answers are compared as token ids: the ids vLLM generated (asked with
+  ``return_token_ids``; a server that returns only text has its text and the reference's
+  re-tokenized the same way, said in ``compared``). A request's agreement is the share
   of the reference's tokens matched before the first difference (after a difference a
   greedy continuation is another text); the metric is the mean over the sample, and
   ``exact_match_rate`` the share of answers identical throughout. 1.0 means the server
@@ -152,19 +153,25 @@ def check(spec: Spec, client: Client, target: Target) -> dict[str, Any]:
         refs = reference_outputs(spec, prompts, lengths)
         scores, exact, examples = [], 0, []
         for s, ref in zip(chosen, refs, strict=True):
-            want = tok.encode(tok.decode(ref), add_special_tokens=False)
-            got = tok.encode(s.output.generated_text, add_special_tokens=False)
+            if s.token_ids:  # the server's own ids: compared as they are
+                want, got = ref, s.token_ids
+            else:  # text only: both re-tokenized the same way
+                want = tok.encode(tok.decode(ref), add_special_tokens=False)
+                got = tok.encode(s.output.generated_text, add_special_tokens=False)
             a = agreement(want, got)
             scores.append(a)
             exact += want == got
             if a < 1 and len(examples) < 3:
-                examples.append(
-                    {"reference": tok.decode(ref)[:200], "server": s.output.generated_text[:200]}
-                )
+                examples.append({"reference": ref[:32], "server": got[:32]})
         if scores:
             facts["metrics"]["greedy_agreement"] = round(sum(scores) / len(scores), 4)
             facts["metrics"]["exact_match_rate"] = round(exact / len(scores), 4)
-        facts["reference"] = {"kind": "hf", "sampled": len(scores), "differing_examples": examples}
+        facts["reference"] = {
+            "kind": "hf",
+            "sampled": len(scores),
+            "compared": "token ids" if chosen and chosen[0].token_ids else "re-tokenized text",
+            "differing_examples": examples,
+        }
     if client.evals:
         answered = [s for s in client.evals if s.output.success]
         right = sum(score(s.eval_item or {}, s.output.generated_text) for s in answered)

@@ -139,46 +139,48 @@ def test_three_turn_sessions_grow_their_inputs_and_report_each_turn(server, tiny
 
 
 def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny_model, tmp_path):
-    """The same 32 prompts, 4 at a time: once through vLLM's bench client, once as
-    one-turn sessions through servebench's; token counts equal, latencies within noise."""
+    """The same 48 prompts, 4 at a time: through vLLM's bench client and as one-turn
+    sessions through servebench's, twice each, interleaved. Token counts are equal; the
+    latencies agree within the noise of a shared machine (the better of two runs of each,
+    since other processes only ever slow a run down)."""
     srv, backend, workdir = server
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
     rng = random.Random(3)
+    texts = [" ".join(rng.choices(words, k=24)) for _ in range(48)]
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(
-        "".join(
-            json.dumps({"prompt": " ".join(rng.choices(words, k=24))}) + "\n" for _ in range(32)
-        )
-    )
+    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
     sessions_file = tmp_path / "sessions.jsonl"
-    sessions_file.write_text(
-        "".join(
-            json.dumps({"turns": [json.loads(line)["prompt"]]}) + "\n"
-            for line in prompts.read_text().splitlines()
-        )
-    )
-    common = {"output_len": 16, "num_warmups": 2}
+    sessions_file.write_text("".join(json.dumps({"turns": [t]}) + "\n" for t in texts))
+    common = {"output_len": 32, "num_warmups": 2}
     vllm_spec = spec_of(
         tiny_model,
-        {**common, "dataset": "custom", "dataset_path": str(prompts), "num_prompts": 32,
+        {**common, "dataset": "custom", "dataset_path": str(prompts), "num_prompts": 48,
          "max_concurrency": 4},
     )  # fmt: skip
     ours_spec = spec_of(
         tiny_model,
         {**common, "sessions": {"source": "custom", "path": str(sessions_file),
-                                "num_sessions": 32, "turns": 1, "session_concurrency": 4}},
+                                "num_sessions": 48, "turns": 1, "session_concurrency": 4}},
     )  # fmt: skip
-    point = POINT.model_copy(update={"output_len": 16, "max_concurrency": 4, "num_prompts": 32})
-    theirs = measure_point(srv, vllm_spec, backend, point, 0, workdir)
-    ours = measure_point(srv, ours_spec, backend, point, 0, workdir)
-    assert theirs.status == ours.status == "succeeded", (theirs.error, ours.error)
-    a, b = theirs.metrics, ours.metrics
+    point = POINT.model_copy(update={"output_len": 32, "max_concurrency": 4, "num_prompts": 48})
+    runs: dict[str, list] = {"theirs": [], "ours": []}
+    for repeat in range(2):
+        for name, spec in (("theirs", vllm_spec), ("ours", ours_spec)):
+            m = measure_point(srv, spec, backend, point, repeat, workdir)
+            assert m.status == "succeeded", (name, m.error)
+            runs[name].append(m)
+    a, b = runs["theirs"][0].metrics, runs["ours"][0].metrics
     for key in ("completed", "total_input_tokens", "total_output_tokens"):
         assert a[key] == b[key], key
-    assert sorted(theirs.detail["input_lens"]) == sorted(ours.detail["input_lens"])
-    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms",
-                "output_throughput"):  # fmt: skip
-        assert 0.5 < b[key] / a[key] < 2.0, (key, a[key], b[key])
+    lens = [sorted(runs[n][0].detail["input_lens"]) for n in runs]
+    assert lens[0] == lens[1]
+    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
+        theirs = min(m.metrics[key] for m in runs["theirs"])
+        ours = min(m.metrics[key] for m in runs["ours"])
+        assert 0.5 < ours / theirs < 2.0, (key, theirs, ours)
+    theirs = max(m.metrics["output_throughput"] for m in runs["theirs"])
+    ours = max(m.metrics["output_throughput"] for m in runs["ours"])
+    assert 0.5 < ours / theirs < 2.0, ("output_throughput", theirs, ours)
 
 
 def test_greedy_answers_under_load_agree_with_the_hf_reference(server, tiny_model, tmp_path):

@@ -198,3 +198,37 @@ def test_speculative_decoding_metrics_come_from_the_servers_counters():
     assert got["spec_decode_acceptance_rate"] == pytest.approx(150 / 300)
     assert got["spec_decode_mean_accepted_length"] == pytest.approx(1 + 150 / 100)
     assert sm.spec_decode(None, None, None) == {} and sm.spec_decode(0, 0, 0) == {}
+
+
+def _document(name: str, agreement: list[float], kv: str = "auto") -> dict:
+    spec = {
+        "model": {"id": "org/tiny-model"},
+        "workload": {"sessions": {}, "input_len": 64},
+        "backends": [{"kind": "vllm", "name": name, "kv_cache_dtype": kv}],
+        "correctness": {"sample": 8},
+    }
+    point = {"key": "single"}
+    return {
+        "spec": spec,
+        "environment": {"gpu": {"model": "NVIDIA H100 80GB HBM3", "count": 1}},
+        "measurements": [
+            {"backend": name, "backend_kind": "vllm", "point": point, "repeat": r,
+             "status": "succeeded", "detail": {},
+             "metrics": {"output_throughput": 1000.0 + r, "greedy_agreement": a}}
+            for r, a in enumerate(agreement)
+        ],
+    }  # fmt: skip
+
+
+def test_compare_judges_the_answers_beside_the_speed():
+    from servebench.compare import compare_documents
+
+    base = _document("bf16", [1.0, 0.98, 0.99])
+    fp8 = _document("fp8", [0.41, 0.44, 0.40], kv="fp8")
+    comparison = compare_documents(base, fp8)
+    assert comparison.comparable
+    (point,) = comparison.points
+    verdicts = {v.metric: v.verdict for v in point.verdicts}
+    assert verdicts["greedy_agreement"] == "worse"  # the faster configuration's answers moved
+    assert comparison.regressed
+    assert "both runs checked their answers under load" in comparison.quality_note
