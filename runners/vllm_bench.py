@@ -200,6 +200,9 @@ def traffic_flags(
         flags.append("--text-prompts")  # only vLLM takes token ids as a prompt
     if request_mode(backend) == "openai":
         flags.append("--openai-fields-only")
+    if backend is not None and backend.lora_names:
+        flags += ["--lora-modules", *backend.lora_names]
+        flags += ["--lora-assignment", backend.lora_assignment]
     return [*flags, "--result", str(result_path)]
 
 

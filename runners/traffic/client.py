@@ -77,6 +77,8 @@ class Target:
     ignore_eos: bool
     extra_body: dict[str, Any] = field(default_factory=dict)
     token_ids: bool = False  # ask for the generated token ids (vLLM: return_token_ids)
+    lora_names: list[str] = field(default_factory=list)  # adapters requests ask for
+    lora_assignment: str = "random"
 
 
 def install_cached_tokens() -> None:
@@ -140,6 +142,19 @@ class Client:
         )
         self.sent: list[Sent] = []
         self.evals: list[Sent] = []
+        self._requests = 0
+        self._lora_rng = random.Random(spec.workload.seed)  # noqa: S311 (an assignment)
+
+    def _model_name(self) -> str:
+        """The name this request asks for: an adapter (as vLLM's client assigns them:
+        round-robin or seeded random), else the served model."""
+        names = self.target.lora_names
+        self._requests += 1
+        if not names:
+            return self.target.served
+        if self.target.lora_assignment == "round-robin":
+            return names[(self._requests - 1) % len(names)]
+        return self._lora_rng.choice(names)
 
     # ------------------------------------------------------------------ one request
 
@@ -161,7 +176,7 @@ class Client:
             prompt_len=prompt_len,
             output_len=output_len,
             model=self.target.model,
-            model_name=self.target.served,
+            model_name=self._model_name(),
             ignore_eos=ignore_eos,
             extra_body=dict(self.target.extra_body),
             **kwargs,
@@ -198,20 +213,28 @@ class Client:
         ]
         await asyncio.gather(*jobs)
 
-    def _context(self, history: list[tuple[list[int], str]], user: list[int]) -> Any:
+    def _turn_text(self, turn: list[int] | str) -> str:
+        return turn if isinstance(turn, str) else self._text(turn)
+
+    def _context(self, history: list[tuple[list[int] | str, str]], user: list[int] | str) -> Any:
+        """The conversation so far plus ``user``: messages (chat), token ids (synthetic
+        turns to vLLM) or text (a file's turns, or a server that takes only text)."""
         if self.target.api == "chat":
             messages = []
-            for ids, answer in history:
+            for turn, answer in history:
                 messages += [
-                    {"role": "user", "content": self._text(ids)},
+                    {"role": "user", "content": self._turn_text(turn)},
                     {"role": "assistant", "content": answer},
                 ]
-            return [*messages, {"role": "user", "content": self._text(user)}]
+            return [*messages, {"role": "user", "content": self._turn_text(user)}]
+        if isinstance(user, str) or not self.target.ids:
+            text = "".join(self._turn_text(turn) + answer for turn, answer in history)
+            return text + self._turn_text(user)
         ids: list[int] = []
         for turn, answer in history:
+            assert not isinstance(turn, str)
             ids += turn + self.tokenizer.encode(answer, add_special_tokens=False)
-        ids += user
-        return ids if self.target.ids else self._text(ids)
+        return ids + user
 
     def _prompt_len(self, prompt: Any) -> int:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
@@ -228,7 +251,7 @@ class Client:
         await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
         async with gate:
             due = time.perf_counter()
-            history: list[tuple[list[int], str]] = []
+            history: list[tuple[list[int] | str, str]] = []
             for k, user in enumerate(conv.turns):
                 prompt = self._context(history, user)
                 output, box = await self._send(
@@ -450,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--text-prompts", action="store_true", help="Send text, not token ids (non-vLLM servers)."
     )
     p.add_argument("--openai-fields-only", action="store_true")
+    p.add_argument("--lora-modules", nargs="+", default=[], help="Adapters to ask for.")
+    p.add_argument("--lora-assignment", choices=["random", "round-robin"], default="random")
     p.add_argument("--result", required=True, help="Where to write the result JSON.")
     return p
 
@@ -484,6 +509,8 @@ def main(argv: list[str]) -> int:
     if token_ids:
         extra["return_token_ids"] = True
     target = Target(
+        lora_names=args.lora_modules,
+        lora_assignment=args.lora_assignment,
         token_ids=token_ids,
         base_url=args.base_url,
         api=args.api,

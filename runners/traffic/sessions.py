@@ -2,7 +2,8 @@
 ``workload.input_len`` new tokens each) or read from a file (ShareGPT-style JSON, or a
 JSONL of ``{"turns": ["...", ...]}``). A user turn is token ids; the prompt of turn k is the
 conversation so far (every earlier user turn and the answer the server gave) plus turn k,
-so inputs grow and prefix caching can serve the part already seen.
+so inputs grow and prefix caching can serve the part already seen. Synthetic turns are
+token ids (exact lengths); a file's turns are sent as their text.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from runners.traffic.traces import TokenSource, TraceError
 @dataclass
 class Conversation:
     index: int
-    turns: list[list[int]]  # each user turn's new tokens
+    turns: list[list[int] | str]  # each user turn: new token ids (synthetic) or its text
 
 
 def _sharegpt(path: Path, sessions: Sessions) -> list[list[str]]:
@@ -83,8 +84,5 @@ def conversations(
     texts = _sharegpt(path, sessions) if sessions.source == "sharegpt" else _custom(path, sessions)
     if not texts:
         raise TraceError(f"{path.name}: no conversation with a user message")
-    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    return [
-        Conversation(i, [encode(t) for t in texts[i % len(texts)]])
-        for i in range(sessions.num_sessions)
-    ]
+    # A file's turns are sent as the text they are (the server tokenizes them).
+    return [Conversation(i, list(texts[i % len(texts)])) for i in range(sessions.num_sessions)]

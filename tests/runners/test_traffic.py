@@ -205,24 +205,46 @@ def test_greedy_answers_under_load_agree_with_the_hf_reference(server, tiny_mode
     assert m.metrics["completed"] == 40  # the eval prompts are not in the speed metrics
 
 
+def strong_lora(target: Path, base: Path) -> Path:
+    """A LoRA adapter for the tiny model whose weights are large enough to change its
+    greedy answers (runners.tiny_model's, scaled up)."""
+    from safetensors.torch import load_file, save_file
+
+    from runners.tiny_model import build_lora
+
+    path = build_lora(target, base, seed=7)
+    weights = path / "adapter_model.safetensors"
+    save_file({k: (v.float() * 40).to(v.dtype) for k, v in load_file(weights).items()}, weights)
+    return path
+
+
 def test_a_configuration_that_changes_the_answers_lowers_the_agreement(
     server, tiny_model, tmp_path
 ):
-    """The same trace and reference against an fp8 KV cache (a faster configuration that
-    quantizes what attention reads): the answers drift from the reference's. Last in the
-    module: it stops the shared server first, so only one runs at a time."""
+    """The same trace and HF reference against the base model, then against a backend
+    that serves its requests through a LoRA adapter (a configuration that changes what
+    the model answers). Last in the module: it stops the shared server first, so only one
+    runs at a time."""
     srv, backend, workdir = server
     trace = write_mooncake(tmp_path / "trace.jsonl", n=40, span_ms=1000)
-    spec = spec_of(
-        tiny_model,
-        {"trace": {"path": str(trace), "format": "mooncake", "block_size": 32}},
-        correctness={"sample": 8},
-    )
+    workload = {"trace": {"path": str(trace), "format": "mooncake", "block_size": 32}}
+    spec = spec_of(tiny_model, workload, correctness={"sample": 8})
     same = measure_point(srv, spec, backend, POINT, 0, workdir)
     srv.stop()
-    fp8 = backend.model_copy(update={"kv_cache_dtype": "fp8", "name": "fp8"})
-    with VLLMServer(spec, fp8, workdir / "fp8.log") as quantized:
-        changed = measure_point(quantized, spec, fp8, POINT, 0, workdir)
+    adapter = strong_lora(tmp_path / "lora", tiny_model)
+    tuned_spec = parse_spec(
+        {
+            **spec.model_dump(mode="json"),
+            "backends": [
+                {"kind": "vllm", "name": "tuned", "block_size": 32,
+                 "lora_adapters": [{"name": "tuned-a", "path": str(adapter)}]},
+            ],
+        }
+    )  # fmt: skip
+    tuned = tuned_spec.vllm_backends[0]
+    with VLLMServer(tuned_spec, tuned, workdir / "tuned.log") as changed_server:
+        changed = measure_point(changed_server, tuned_spec, tuned, POINT, 0, workdir)
     assert same.status == changed.status == "succeeded", (same.error, changed.error)
+    assert "--lora-modules tuned-a" in changed.commands["bench"]
     before, after = same.metrics["greedy_agreement"], changed.metrics["greedy_agreement"]
-    assert after < before, (before, after, changed.raw["traffic"]["correctness"])
+    assert before == 1.0 and after < 0.9, (before, after, changed.raw["traffic"]["correctness"])
