@@ -174,35 +174,18 @@ def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny
         assert a[key] == b[key], key
     lens = [sorted(runs[n][0].detail["input_lens"]) for n in runs]
     assert lens[0] == lens[1]
-    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms"):
-        theirs = min(m.metrics[key] for m in runs["theirs"])
-        ours = min(m.metrics[key] for m in runs["ours"])
-        assert 0.5 < ours / theirs < 2.0, (key, theirs, ours)
-    theirs = max(m.metrics["output_throughput"] for m in runs["theirs"])
-    ours = max(m.metrics["output_throughput"] for m in runs["ours"])
-    assert 0.5 < ours / theirs < 2.0, ("output_throughput", theirs, ours)
-
-
-def test_greedy_answers_under_load_agree_with_the_hf_reference(server, tiny_model, tmp_path):
-    srv, backend, workdir = server
-    evals = tmp_path / "eval.jsonl"
-    evals.write_text(
-        json.dumps({"prompt": "one two", "expected": r"\S", "match": "regex"}) + "\n"
-        + json.dumps({"prompt": "three", "expected": "never this", "match": "exact"}) + "\n"
-    )  # fmt: skip
-    trace = write_mooncake(tmp_path / "trace.jsonl", n=40, span_ms=1000)
-    spec = spec_of(
-        tiny_model,
-        {"trace": {"path": str(trace), "format": "mooncake", "block_size": 32}},
-        correctness={"sample": 8, "eval_file": str(evals)},
-    )
-    m = measure_point(srv, spec, backend, POINT, 0, workdir)
-    assert m.status == "succeeded", m.error
-    checked = m.raw["traffic"]["correctness"]
-    assert checked["reference"]["sampled"] == 8
-    assert m.metrics["greedy_agreement"] >= 0.75, checked
-    assert m.metrics["eval_accuracy"] == 0.5  # the regex matches, the exact answer cannot
-    assert m.metrics["completed"] == 40  # the eval prompts are not in the speed metrics
+    # Within noise: half the value, or a floor where the values are too small to compare
+    # by ratio (on 2 shared cores the API server often sends a response's tokens in one
+    # burst: TPOT and ITL of a fraction of a millisecond).
+    floors = {"mean_ttft_ms": 25.0, "mean_tpot_ms": 1.0, "mean_itl_ms": 1.0, "mean_e2el_ms": 25.0}
+    seen = {n: [m.metrics for m in runs[n]] for n in runs}
+    for key, floor in floors.items():
+        theirs = min(m[key] for m in seen["theirs"])
+        ours = min(m[key] for m in seen["ours"])
+        assert abs(ours - theirs) <= max(0.5 * theirs, floor), (key, seen)
+    theirs = max(m["output_throughput"] for m in seen["theirs"])
+    ours = max(m["output_throughput"] for m in seen["ours"])
+    assert 0.5 < ours / theirs < 2.0, ("output_throughput", seen)
 
 
 def strong_lora(target: Path, base: Path) -> Path:
