@@ -174,15 +174,35 @@ def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny
         assert a[key] == b[key], key
     lens = [sorted(runs[n][0].detail["input_lens"]) for n in runs]
     assert lens[0] == lens[1]
-    # Within noise: half the value, or a floor where the values are too small to compare
-    # by ratio (on 2 shared cores the API server often sends a response's tokens in one
-    # burst: TPOT and ITL of a fraction of a millisecond).
-    floors = {"mean_ttft_ms": 25.0, "mean_tpot_ms": 1.0, "mean_itl_ms": 1.0, "mean_e2el_ms": 25.0}
+    # The same definitions: each client's statistics are those of its per-request arrays.
+    for name, ms in runs.items():
+        for m in ms:
+            d, got = m.detail, m.metrics
+            tpots = [
+                (lat - ttft) / (n - 1)
+                for lat, ttft, n in zip(d["latencies"], d["ttfts"], d["output_lens"], strict=True)
+                if n > 1
+            ]
+            itls = [x for per in d["itls"] for x in per]
+            for key, values in (
+                ("mean_ttft_ms", d["ttfts"]),
+                ("mean_tpot_ms", tpots),
+                ("mean_itl_ms", itls),
+                ("mean_e2el_ms", d["latencies"]),
+            ):
+                assert got[key] == pytest.approx(1000 * sum(values) / len(values)), (name, key)
+    # Within noise. On 2 shared cores the API server sends a response's tokens now as they
+    # come, now in one burst, at random: how E2E splits into TTFT and TPOT swings between
+    # runs of the same client, so E2E and throughput are held to a factor of 2 (the better
+    # of two runs of each) and the split only to a floor.
     seen = {n: [m.metrics for m in runs[n]] for n in runs}
-    for key, floor in floors.items():
+    bounds = {"mean_e2el_ms": 0.0, "median_ttft_ms": 100.0, "mean_tpot_ms": 5.0}
+    for key, floor in bounds.items():
         theirs = min(m[key] for m in seen["theirs"])
         ours = min(m[key] for m in seen["ours"])
-        assert abs(ours - theirs) <= max(0.5 * theirs, floor), (key, seen)
+        assert abs(ours - theirs) <= max(theirs, floor), (key, seen)
+        if not floor:
+            assert 0.5 < ours / theirs < 2.0, (key, seen)
     theirs = max(m["output_throughput"] for m in seen["theirs"])
     ours = max(m["output_throughput"] for m in seen["ours"])
     assert 0.5 < ours / theirs < 2.0, ("output_throughput", seen)
