@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# servebench images, two targets from one file (README: "Deploy on Kubernetes"):
+# servebench images, two targets from one file (docs/kubernetes.md: "Deploy"):
 #
 #   docker build --target portal -t REGISTRY/servebench-portal:0.1.0 .
 #   docker build --target runner -t REGISTRY/servebench-runner:0.1.0-vllm0.32.0 .

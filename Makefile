@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv run stop test test-fast fuzz lint format bench browser kube k8s-check k8s-images k8s-e2e clean-dev
+.PHONY: help venv run stop test test-fast fuzz lint format bench browser kube k8s-check k8s-images k8s-e2e gpu-check clean-dev
 
 help:
 	@echo "make run        start the portal with a finished demo benchmark (embedded Postgres/Redis)"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench      benchmarks under bench/ (print side-by-side ratios)"
 	@echo "make k8s-check  Helm chart, k8s/ manifests and the Kubernetes executor (tests/k8s)"
 	@echo "make k8s-e2e    the chart on a real one-node cluster with the Dockerfile's images (tests/k8s_e2e)"
+	@echo "make gpu-check  on an NVIDIA machine: NVML, HF baselines (and vLLM), J/token, power, roofline vs anchors"
 
 venv:
 	@scripts/venv.sh
@@ -50,6 +51,14 @@ k8s-images: kube
 k8s-e2e: k8s-images
 	$(PY) -m pytest tests/k8s_e2e $(PYTEST_ARGS)
 
+# On a machine with an NVIDIA GPU (docs/gpu.md): NVML readings, the HF baselines (and vLLM
+# where installed) on a Qwen3-0.6B-shaped model with random weights built offline, and
+# J/token, power and the decode roofline beside published anchors; files under
+# ~/.cache/servebench/gpu-check (GPU_CHECK_ARGS="--out DIR" to choose). Without a usable
+# GPU it says what is missing and exits non-zero.
+gpu-check:
+	$(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
 run:
 	@$(PY) scripts/quickstart.py
 
@@ -58,11 +67,19 @@ run:
 stop:
 	@$(PY) scripts/quickstart.py --stop
 
+# Each phase prints its time; the suite writes a JUnit report that bench/test_budget.py
+# reads (the phase against its 30-minute budget, time per directory, the slowest tests).
+REPORTS = artifacts/test-reports
 test: browser kube k8s-images
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
-	$(PY) -m pytest -m "not fuzz" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory fuzz
+	@mkdir -p $(REPORTS)
+	@start=$$SECONDS; $(PY) -m ruff check . && $(PY) -m ruff format --check .; rc=$$?; \
+	echo "test: phase 'lint' took $$((SECONDS - start)) s"; exit $$rc
+	@start=$$SECONDS; $(PY) -m pytest -m "not fuzz" --durations=25 \
+	  --junitxml=$(REPORTS)/suite.xml $(PYTEST_ARGS); rc=$$?; \
+	echo "test: phase 'suite' took $$((SECONDS - start)) s"; \
+	$(PY) bench/test_budget.py $(REPORTS)/suite.xml --top 10 || true; exit $$rc
+	@start=$$SECONDS; $(MAKE) --no-print-directory fuzz; rc=$$?; \
+	echo "test: phase 'fuzz' took $$((SECONDS - start)) s"; exit $$rc
 
 # Schemathesis against the live test server: >= 1,000 generated calls, none may get a 5xx.
 fuzz:

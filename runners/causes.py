@@ -11,8 +11,10 @@ root cause above"). A person needs the first real cause, on one line, and the ne
   joined to the runner's own sentence. With ``logs`` the log the text points at ("its
   log (PATH)") is read whole, since the cause may be above the quoted tail: only the
   runner does that, on its own files; the portal never opens a path a runner reported.
-- ``advice(text)``: the next step for the causes people meet (a model the machine cannot
-  fetch, out of memory, no GPU, a context too long, a gated model, a slow start), or None.
+- ``advice(text)``: the next step for the causes people meet (a model path that does not
+  exist, a model the machine cannot fetch, out of memory, no GPU, a context too long, a
+  gated model, a slow start), or None; read in the first cause, then the whole text, then
+  (with ``logs``) the log, so a setting printed in a log is never taken for the cause.
 - ``headline(failures, total)``: the run's failure reason: first line the first failure's
   cause and next step, then the count and one line per failed measurement.
 
@@ -106,7 +108,13 @@ def first_cause(text: str | None, *, logs: bool = False) -> str:
     body = text.strip()[len(head) :]
     cause = _root((_exceptions(_read_log(text)) if logs else []) or _exceptions(body))
     if cause is None:
-        return _short(head)
+        # No exception to name: the sentence without its "Last lines of its log (PATH):"
+        # heading (never a heading with nothing under it on this one line), and the log's
+        # last line when there is one.
+        last = next((_clean(x) for x in reversed(body.splitlines()) if _clean(x)), "")
+        if sentence == head.rstrip():
+            return _short(head)
+        return _short(f"{sentence}; the last line of its log: {last}" if last else sentence)
     if cause in sentence:
         return _short(sentence)
     return _short(f"{sentence}: {cause}")
@@ -125,6 +133,17 @@ def explain(text: str) -> str:
 
 # (pattern in the error text, the next step). The first that matches wins.
 _ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(
+            r"Repo id must be in the form|Incorrect path_or_model_id|Invalid repository ID "
+            r"or local directory|does not appear to have a file named config\.json|No such "
+            r"file or directory: '[^'\n]*config\.json'",
+            re.IGNORECASE,
+        ),
+        "the model's path does not exist, or holds no model, on the machine that ran it: "
+        "check model.id (a local directory must exist there and hold config.json), or use "
+        "a hub id",
+    ),
     (
         re.compile(
             r"couldn't connect to 'https://huggingface\.co'|outgoing traffic has been "
@@ -156,7 +175,11 @@ _ADVICE: tuple[tuple[re.Pattern[str], str], ...] = (
         "resources.gpu_count: 0 to benchmark on the CPU",
     ),
     (
-        re.compile(r"maximum context length|max_model_len|larger than the maximum", re.I),
+        re.compile(
+            r"maximum context length|longer than the maximum model length|max_model_len "
+            r"\(\d+\) is greater than|larger than the maximum",
+            re.I,
+        ),
         "prompt plus output tokens exceed the model's context: lower input_len/output_len "
         "or raise model.max_model_len (up to what the model supports)",
     ),
@@ -180,10 +203,13 @@ def advice(text: str | None, *, logs: bool = False) -> str | None:
     """The next step for a known cause in ``text`` (and with ``logs``, its log), or None."""
     if not text:
         return None
-    haystack = text + ("\n" + _read_log(text)[-20_000:] if logs else "")
-    for pattern, step in _ADVICE:
-        if pattern.search(haystack):
-            return step
+    # The error itself first: a log also holds settings and warnings that only look like
+    # a cause (vLLM prints every argument, max_model_len among them, as it starts).
+    cause = first_cause(text, logs=logs)
+    for haystack in (cause, text, _read_log(text)[-20_000:] if logs else ""):
+        for pattern, step in _ADVICE:
+            if haystack and pattern.search(haystack):
+                return step
     return None
 
 

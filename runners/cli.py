@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import conditions, endpoint, tiny_model
+from runners.choices import ChoiceParser
 from runners.environment import capture
 from runners.fingerprint import fingerprint
 from runners.hf import run as run_hf
@@ -226,7 +227,7 @@ def _cpus_flag(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ChoiceParser(
         prog="python -m runners",
         description="servebench runner: HF sequential baseline vs vLLM sweeps.",
         epilog="Exit codes: 0 all succeeded, 1 some failed, 2 usage/invalid spec, 130 interrupted.",

@@ -4,7 +4,9 @@ Each check says ``ok``, ``failed`` or ``skipped`` and why, in this order:
 
 1. **nvml**: NVML readable, the GPUs it sees (name, driver, power limit), and which fields
    each answers (power, the energy counter, utilisation, clocks, memory, temperature,
-   throttle reasons);
+   throttle reasons). A GPU without the energy counter passes when it reports power:
+   energy is then the integral of its power samples (``runners.nvml``, the documented
+   fallback); only a GPU with neither fails;
 2. **environment**: ``runners.environment.capture``, what a run would record;
 3. **hf-baseline**: the HF sequential baseline through the code a run uses (``python -m
    runners hf`` in a child, NVML sampled from here) on a model shaped like Qwen3-0.6B
@@ -175,12 +177,23 @@ def check_nvml(lib: Any = None) -> Check:
         gpus.close()
     missing = sorted({k for r in reading for k, v in r.items() if v is None})
     names = ", ".join(d["name"] for d in devices)
-    status = "ok" if "energy_mj" not in missing and "power_mw" not in missing else "failed"
+    # Energy needs the counter or, where a GPU has none (before Volta), power samples to
+    # integrate (runners.nvml.summarize): only a GPU with neither fails.
+    blind = [
+        str(d["index"])
+        for d, r in zip(devices, reading, strict=True)
+        if r.get("energy_mj") is None and r.get("power_mw") is None
+    ]
+    status = "failed" if blind else "ok"
     summary = f"{len(devices)} GPU(s): {names}; driver {driver or 'unknown'}"
     if missing:
         summary += f"; not supported: {', '.join(missing)}"
-    if status == "failed":
-        summary += " (no power or energy reading: J per token cannot be measured)"
+    if blind:
+        summary += (
+            f" (GPU {', '.join(blind)}: no power or energy reading: J per token cannot be measured)"
+        )
+    elif "energy_mj" in missing:
+        summary += " (no energy counter: energy is integrated from power samples)"
     details = {"devices": devices, "driver": driver, "reading": reading, "unsupported": missing}
     return Check("nvml", status, summary, details)
 
@@ -246,9 +259,11 @@ def check_hf(
         f"{output_len} out)"
     )
     if "energy_per_output_token_j" in derived:
+        source = (telemetry.get("summary") or {}).get("energy_source")
         summary += (
             f", {derived['energy_per_output_token_j']:.3g} J per output token at "
             f"{derived.get('avg_power_w', 0):.0f} W"
+            + (f" (energy from the {source})" if source else "")
         )
     else:
         summary += f"; energy {gpu.status if not gpu.available else 'not measured'}"

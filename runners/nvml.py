@@ -28,6 +28,10 @@ whole GPU (NVML's power, energy and utilisation are per physical GPU, so other
 instances' work counts too: ``note`` says so). No visible GPU is "not measured", with
 the reason. On Kubernetes the device plugin already hides the GPUs a Pod was not given.
 
+**Topology** (``read_topology``): the node's GPUs and each one's nearest CPUs
+(``nvmlDeviceGetCpuAffinity``), what ``runners.placement`` deals out to the local
+executor's slots.
+
 **Energy over a window** (``summarize``): the total-energy counter's difference,
 interpolated linearly at the window's ends; where a GPU has no counter (before Volta),
 the integral of its power samples (trapezoids), and ``energy_source`` says which.
@@ -183,6 +187,35 @@ def with_gpus(read: Callable[[Any, list[Any]], T], lib: Any = None) -> T | None:
 def read_host_gpus(lib: Any = None) -> list[gpu_scope.HostGPU] | None:
     """``host_gpus`` of this node; None where NVML cannot be read here."""
     return with_gpus(host_gpus, lib)
+
+
+# CPUs NVML's affinity masks cover: 64-bit words (pynvml's c_ulonglong), enough for 1,024.
+_AFFINITY_WORDS = 16
+
+
+def cpu_affinity(lib: Any, handle: Any) -> frozenset[int] | None:
+    """The CPUs nearest a GPU (``nvmlDeviceGetCpuAffinity``: its NUMA node's cores, as
+    ``nvidia-smi topo -m`` prints them); None where NVML does not say."""
+    words = _maybe(lib, lambda: lib.nvmlDeviceGetCpuAffinity(handle, _AFFINITY_WORDS))
+    if words is None:
+        return None
+    cpus = {64 * i + bit for i, word in enumerate(words) for bit in range(64) if word >> bit & 1}
+    return frozenset(cpus) or None
+
+
+def topology(
+    lib: Any, handles: list[Any]
+) -> tuple[list[gpu_scope.HostGPU], dict[int, frozenset[int]]]:
+    """The node's GPUs (``host_gpus``) and each one's nearest CPUs (where NVML says)."""
+    near = {i: cpu_affinity(lib, h) for i, h in enumerate(handles)}
+    return host_gpus(lib, handles), {i: c for i, c in near.items() if c}
+
+
+def read_topology(
+    lib: Any = None,
+) -> tuple[list[gpu_scope.HostGPU], dict[int, frozenset[int]]] | None:
+    """``topology`` of this node; None where NVML cannot be read here."""
+    return with_gpus(topology, lib)
 
 
 def _note(chosen: gpu_scope.Scope, host: int) -> str:

@@ -192,6 +192,16 @@ def tail(path: Path, lines: int = 30, max_chars: int = 6000) -> str:
     return out[-max_chars:]
 
 
+def log_section(path: Path | None, text: str) -> str:
+    """The end of a failure message that quotes a log: "Last lines of its log (PATH):" and
+    the lines, or that the log is empty (never a heading with nothing under it)."""
+    if path is None:
+        return "It left no log."
+    if not text.strip() or text == "(no log)":
+        return f"Its log ({path}) is empty: it failed before writing anything."
+    return f"Last lines of its log ({path}):\n{text}"
+
+
 # --------------------------------------------------------------------------- memory cgroup
 
 CGROUP = Path("/sys/fs/cgroup")

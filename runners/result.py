@@ -119,6 +119,13 @@ class ServerMetrics(BaseModel):
         None, description="0..1, sampled during the point."
     )
     num_requests_running_peak: Amount | None = None
+    num_requests_running_mean: Amount | None = Field(
+        None,
+        description=(
+            "Mean of vllm:num_requests_running over the samples taken while any request "
+            "ran: the batch decode actually had (the roofline's batch)."
+        ),
+    )
     num_requests_waiting_peak: Amount | None = None
     samples: Count = 0
     # Speculative decoding over the point (runners.server_metrics.spec_decode); absent

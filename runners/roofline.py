@@ -4,9 +4,20 @@
 panel (``portal.benchmarks.capacity``) and ``python -m runners gpu-check`` compute the
 fraction of the memory-bandwidth roofline that decode reached with the same functions.
 
-Decode roofline: each decode step reads every weight once plus the KV cache of every
-sequence in the batch. Bytes per step x steps per second (1 / TPOT) against the GPU's
-HBM bandwidth is the fraction reached. Only for GPUs in ``GPUS``.
+Decode roofline, an **estimate**: each decode step reads every weight once plus the KV
+cache of every sequence in the batch. Bytes per step x steps per second (1 / TPOT)
+against the HBM bandwidth of every GPU the server spans is the fraction reached. Only
+for GPUs in ``GPUS``. What it assumes, and where the inputs come from:
+
+- **the batch** is the one measured: the mean of vLLM's ``num_requests_running`` over
+  the point's busy samples (``running_batch``, ``runners.server_metrics``); only where a
+  point has no such samples (an HF baseline, an endpoint without ``/metrics``) is it
+  taken as ``min(concurrency, num_prompts)``, and ``batch_source`` says "assumed";
+- **the GPUs** are tensor x pipeline x data parallel (``gpus``): their bandwidths add up,
+  and each data-parallel replica reads its own copy of the weights (the caller passes
+  the weights once per replica);
+- the context of a sequence is its prompt plus half its output (the mean over decode);
+- activations, CUDA graphs and prefill are not counted, so it errs low.
 """
 
 from __future__ import annotations
@@ -90,29 +101,38 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
 @dataclass
 class RooflinePoint:
     x: float
-    batch: int
+    batch: float
     bytes_per_step: float
     achieved_gbs: float
     fraction: float
+    batch_source: str = "assumed"  # "measured" (num_requests_running) or "assumed"
 
 
 def decode_roofline(
     gpu: GPU,
-    tp: int,
+    gpus: int,
     weights_bytes: int,
     bytes_per_token: int,
     points: Sequence[Mapping[str, Any]],
 ) -> list[RooflinePoint]:
     """Fraction of HBM bandwidth per point: (weights + batch x context x KV/token) per
-    step, at 1 / TPOT steps per second. ``points``: x, concurrency, num_prompts,
-    input_len, output_len, mean_tpot_ms."""
+    step, at 1 / TPOT steps per second, against ``gpus`` x the GPU's bandwidth.
+    ``points``: x, concurrency, num_prompts, input_len, output_len, mean_tpot_ms, and
+    ``running_batch`` where measured (module docstring)."""
     out = []
-    bandwidth = gpu.bandwidth_gbs * 1e9 * max(tp, 1)
+    bandwidth = gpu.bandwidth_gbs * 1e9 * max(gpus, 1)
     for p in points:
         tpot_ms = _num(p.get("mean_tpot_ms"))
         if not tpot_ms or tpot_ms <= 0:
             continue
-        batch = max(1, min(int(p["concurrency"]), int(p["num_prompts"])))
+        measured = _num(p.get("running_batch"))
+        if measured is not None and measured > 0:
+            batch, source = max(1.0, measured), "measured"
+        else:
+            batch, source = (
+                float(max(1, min(int(p["concurrency"]), int(p["num_prompts"])))),
+                "assumed",
+            )
         context = int(p["input_len"]) + int(p["output_len"]) / 2
         step_bytes = weights_bytes + batch * context * bytes_per_token
         achieved = step_bytes / (tpot_ms / 1000.0)
@@ -123,6 +143,7 @@ def decode_roofline(
                 bytes_per_step=step_bytes,
                 achieved_gbs=achieved / 1e9,
                 fraction=achieved / bandwidth,
+                batch_source=source,
             )
         )
     return out

@@ -208,7 +208,7 @@ class Runner:
         if code != 0 or "metrics" not in data:
             error = error or (
                 f"the HF baseline exited with code {code}. "
-                f"Last lines of its log ({log_path}):\n{procs.tail(log_path)}"
+                + procs.log_section(log_path, procs.tail(log_path))
             )
         else:
             fields |= {
@@ -294,8 +294,8 @@ class Runner:
                             )
                         else:
                             reason = (
-                                f"{server.LABEL} had exited before this point. Last lines of "
-                                f"its log ({server.log_path}):\n{server.log_tail()}"
+                                f"{server.LABEL} had exited before this point. "
+                                + procs.log_section(server.log_path, server.log_tail())
                             )
                             m = self._failed(
                                 backend.name, point_info(point), repeat, reason, backend.kind
@@ -349,9 +349,8 @@ class Runner:
                     target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
                 )
             else:
-                reason = (
-                    f"{target.LABEL} had exited before this point. Last lines of its log "
-                    f"({target.log_path}):\n{target.log_tail()}"
+                reason = f"{target.LABEL} had exited before this point. " + procs.log_section(
+                    target.log_path, target.log_tail()
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
             # A point that failed because its server (or a deployed endpoint) is gone says

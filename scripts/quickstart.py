@@ -316,11 +316,12 @@ def split_cores(
     )
 
 
-def banner(base: str, creds: dict[str, str], demo_url: str | None) -> None:
+def banner(base: str, creds: dict[str, Any], demo_url: str | None) -> None:
     lines = [
         f"  servebench is running at {base}/",
         f"  sign in as {creds['username']} / {creds['password']}  ({base}/login/)",
-        f"  API token for curl and the servebench CLI: {creds['token']}",
+        f"  API token for curl and the servebench CLI: {creds['token']}"
+        + ("  (the same as the last start)" if creds.get("kept") else "  (new)"),
         f"    export SERVEBENCH_URL={base} SERVEBENCH_TOKEN={creds['token']}",
         f"  new run from the form: {base}/runs/new/ (the tiny demo preset runs here)",
     ]
@@ -484,7 +485,10 @@ def main() -> int:
             run = next((r for r in found["results"] if r["name"] == DEMO_NAME), None)
         if run is None:
             run = http(f"{base}/api/v1/runs/", token, {"preset": "tiny-demo", "is_public": True})
-            say(f"submitted the demo run {run['id'][:8]}: HF baseline + vLLM on CPU (~5 min)")
+            say(
+                f"submitted the demo run {run['id'][:8]}: HF baseline + vLLM on CPU (~5 min "
+                "on 2 idle cores; longer with other work on the machine)"
+            )
         url = f"{base}/runs/{run['id']}/"
         say(f"watch it live at {url}")
 

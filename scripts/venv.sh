@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TORCH_PIN="torch==2.13.0"   # CPU wheel on dev machines; install it first (FIELD-NOTES)
+TORCH_PIN="torch==2.13.0"   # CPU wheel on dev machines; install it first (docs/development.md)
 key=$( { echo "$TORCH_PIN"; cat requirements/dev.lock; python3 --version; } | sha256sum | cut -c1-12)
 cache="${SERVEBENCH_CACHE:-$HOME/.cache/servebench}"
 venv="${SERVEBENCH_VENV:-$cache/venv-$key}"

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from runners.choices import argparse_message
 from servebench import __version__, render
 from servebench.client import ApiError, Client, ServebenchError, TransientError
 from servebench.compare import Comparison, History, compare_documents
@@ -64,6 +65,9 @@ FINAL = ("succeeded", "failed", "cancelled")
 # How long --wait rides out an unreachable portal (a restart, a deploy) before giving up.
 UNREACHABLE_GRACE_S = 300.0
 HEARTBEAT_S = 300.0
+# While queued, the position in the queue every this often (a queue is where a CI job
+# waits longest without anything else to show).
+QUEUED_HEARTBEAT_S = 30.0
 _RUN_URL = re.compile(r"/runs/([a-z0-9]{1,40})/?(?:[?#].*)?\Z")
 RUN_ID_LENGTH = 20  # a full public id; anything shorter may be a prefix of one
 
@@ -76,6 +80,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (and exit 2), like every error."""
 
     def error(self, message: str) -> NoReturn:
+        message = argparse_message(message)  # "did you mean", as every choice error says
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
@@ -461,7 +466,8 @@ def wait_for(
     out: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict:
-    """Poll the run until it ends; progress lines on stderr (on change, and a heartbeat).
+    """Poll the run until it ends; progress lines on stderr (on change, and a heartbeat:
+    every QUEUED_HEARTBEAT_S with the queue position while queued, else HEARTBEAT_S).
 
     An unreachable portal is ridden out for UNREACHABLE_GRACE_S. Returns the final run;
     ServebenchError on timeout (the run keeps going) and for a failed or cancelled run.
@@ -480,8 +486,12 @@ def wait_for(
             time.sleep(min(max(poll, 1.0), 30.0))
             continue
         line = f"run {run['id'][:8]} {run['status']}: {render.progress(run)} done"
+        queue = run.get("queue") if run["status"] == "queued" else None
+        if isinstance(queue, dict) and queue.get("position"):
+            line += f"; position {queue['position']} in the queue: {queue.get('message', '')}"
+        beat = QUEUED_HEARTBEAT_S if run["status"] == "queued" else HEARTBEAT_S
         now = clock()
-        if line != last_line or now - last_print >= HEARTBEAT_S:
+        if line != last_line or now - last_print >= beat:
             print(f"[{_elapsed(now - start)}] {line}", file=out, flush=True)
             last_line, last_print = line, now
         if run["status"] in FINAL:

@@ -3,7 +3,10 @@
 Every failure becomes a ``ServebenchError`` whose message is one line a person in a CI log
 can act on: which server, what it said, and what to change (the token, the URL, the spec
 field). Transient failures (connection refused, 502/503/504) are ``TransientError`` so a
-long wait can ride them out; nothing else is retried behind the caller's back.
+long wait can ride them out. A 429 (a rate limit or fair-use quota) is waited out when its
+``Retry-After`` fits in ``SERVEBENCH_RETRY_WAIT_S`` seconds (default 120, in all, per call;
+0 never waits), saying so on stderr: the portal refused the call before doing anything, so
+the same call is safe to send again. Nothing else is retried behind the caller's back.
 
 Talks HTTP only; never imports Django (see DESIGN.md).
 """
@@ -11,6 +14,10 @@ Talks HTTP only; never imports Django (see DESIGN.md).
 from __future__ import annotations
 
 import os
+import sys
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -19,6 +26,7 @@ import requests
 from servebench import __version__
 
 DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRY_WAIT_S = 120.0
 CREDENTIALS_HELP = (
     "set SERVEBENCH_TOKEN (or --token) to a CI token, sb_ci_..., from the portal's "
     "API tokens page or `manage.py createtoken USER`"
@@ -67,10 +75,17 @@ class Client:
     """A session against one portal. ``token`` may be None for public, read-only use."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry_wait_s: float | None = None,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         self.base_url = base_url_from(base_url)
         self.timeout = timeout
+        self.retry_wait_s = _retry_wait(retry_wait_s)
+        self.notify = notify or _to_stderr
         self.session = requests.Session()
         self.session.headers["User-Agent"] = f"servebench-cli/{__version__}"
         self.session.headers["Accept"] = "application/json"
@@ -96,7 +111,28 @@ class Client:
         json: Any = None,
         expect_body: bool = True,
     ) -> Any:
-        """One API call; the decoded JSON body (None for 204). Raises ServebenchError."""
+        """One API call; the decoded JSON body (None for 204). Raises ServebenchError.
+        A 429 is sent again after its Retry-After while the wait budget lasts."""
+        waited = 0.0
+        while True:
+            response = self._send(method, path, params=params, json=json)
+            wait = _retry_after(response) if response.status_code == 429 else None
+            if wait is None or waited + wait > self.retry_wait_s:
+                break
+            body = _json(response)
+            error = body.get("error") if isinstance(body, dict) else None
+            why = str(error.get("message") or "") if isinstance(error, dict) else ""
+            self.notify(
+                f"servebench: the portal asks to wait {wait:.0f} s ({why or 'rate limit'}); "
+                f"waiting, then sending {method} /api/v1/{path.lstrip('/')} again"
+            )
+            time.sleep(wait)
+            waited += wait
+        return self._answer(method, path, response, expect_body)
+
+    def _send(
+        self, method: str, path: str, *, params: dict[str, str] | None, json: Any
+    ) -> requests.Response:
         url = f"{self.base_url}/api/v1/{path.lstrip('/')}"
         try:
             response = self.session.request(
@@ -116,6 +152,12 @@ class Client:
             raise ServebenchError(
                 f"request to {self.base_url} failed: {exc.__class__.__name__}: {exc}"
             ) from None
+        return response
+
+    def _answer(
+        self, method: str, path: str, response: requests.Response, expect_body: bool
+    ) -> Any:
+        url = f"{self.base_url}/api/v1/{path.lstrip('/')}"
         if response.status_code == 204 or (not expect_body and response.ok):
             return None
         body = _json(response)
@@ -199,6 +241,45 @@ class Client:
         )
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _retry_wait(value: float | None) -> float:
+    """The wait budget: the argument, else SERVEBENCH_RETRY_WAIT_S, else the default."""
+    if value is not None:
+        return max(0.0, value)
+    text = os.environ.get("SERVEBENCH_RETRY_WAIT_S", "").strip()
+    if not text:
+        return DEFAULT_RETRY_WAIT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ServebenchError(
+            f"SERVEBENCH_RETRY_WAIT_S={text!r} is not a number of seconds; set it to e.g. 120, "
+            "or 0 to never wait out a rate limit"
+        ) from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ServebenchError(
+            f"SERVEBENCH_RETRY_WAIT_S={text!r} must be a finite number of seconds >= 0"
+        )
+    return seconds
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """Seconds a 429 asks to wait (Retry-After: seconds or an HTTP date), or None."""
+    value = (response.headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 def _seg(value: str) -> str:
     return quote(value.strip(), safe="")
 
@@ -251,6 +332,13 @@ def _api_error(
         return ApiError(f"{base}: {what}; {CREDENTIALS_HELP}", status, code, field)
     if code == "invalid_spec":
         return ApiError(f"invalid spec: {message}", status, code, field)
+    if status == 429:
+        wait = _retry_after(response)
+        when = f"in {wait:.0f} s" if wait is not None else "later"
+        text = f"{message or 'rate limited'} (HTTP 429); try again {when}"
+        if wait is not None:
+            text += " (SERVEBENCH_RETRY_WAIT_S lets servebench wait that long itself)"
+        return ApiError(text, status, code, field)
     if status >= 500:
         cls = TransientError if status in (502, 503, 504) else ApiError
         text = f"the portal at {base} answered HTTP {status} ({code}: {message}); "

@@ -403,6 +403,13 @@ def changes_text(comparison: Comparison) -> str:
     return "nothing in the configuration or software (a re-run: any change is noise)"
 
 
+def changes_markdown(comparison: Comparison) -> str:
+    """Each change as code (a flag's name reads as typed, underscores and all)."""
+    if comparison.changes:
+        return "; ".join(md_code(c) for c in comparison.changes)
+    return md(changes_text(comparison))
+
+
 def contended_suffix(comparison: Comparison) -> str:
     return " (measured under CPU contention: see above)" if comparison.is_contended else ""
 
@@ -437,7 +444,7 @@ def comparison_markdown(
         f"### {icon} servebench: {verdict_summary(comparison)}{contended_suffix(comparison)}",
         "",
         *(
-            [f"**What changed:** {md(changes_text(comparison))}", ""]
+            [f"**What changed:** {changes_markdown(comparison)}", ""]
             if comparison.comparable
             else []
         ),

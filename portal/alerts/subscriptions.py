@@ -27,9 +27,10 @@ from portal.alerts import egress, signing
 from portal.alerts.models import Channel, Delivery, Subscription
 from portal.benchmarks import baselines, queries
 from portal.benchmarks.models import Baseline
+from runners.choices import choice_message
 
 MAX_PER_USER = 50
-_FINGERPRINT = re.compile(r"^[0-9a-f]{64}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class SubscriptionError(ValueError):
@@ -105,7 +106,7 @@ def subscribe(
     except baselines.BaselineError as exc:
         raise SubscriptionError("label", exc.message) from None
     if channel not in Channel.values:
-        raise SubscriptionError("channel", f"channel is one of: {', '.join(Channel.values)}")
+        raise SubscriptionError("channel", choice_message(channel, Channel.values, "channel"))
     fingerprint = (fingerprint or "").strip()
     if fingerprint and not _FINGERPRINT.match(fingerprint):
         raise SubscriptionError("fingerprint", "a fingerprint is 64 lowercase hex digits")

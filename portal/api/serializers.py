@@ -231,8 +231,18 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         ]
 
 
+class WholeNumbersJSONField(serializers.JSONField):
+    """A spec as JSON with whole numbers as integers (``rs.whole_numbers``: a sweep of
+    ``[1, 4, 16]``, not ``[1.0, 4.0, 16.0]``), as every other place shows a spec."""
+
+    def to_representation(self, value: Any) -> Any:
+        return rs.whole_numbers(super().to_representation(value))
+
+
 class RunDetailSerializer(RunSerializer):
     """A run with its spec, measurements and environment."""
+
+    spec = WholeNumbersJSONField(read_only=True)
 
     measurements = serializers.SerializerMethodField()
     environment = serializers.SerializerMethodField()

@@ -289,7 +289,7 @@ class RunSpec(APIView):
         data: Any = (
             rs.dump_spec(spec, "yaml")
             if fmt == "yaml"
-            else spec.model_dump(mode="json", exclude_none=True)
+            else rs.whole_numbers(spec.model_dump(mode="json", exclude_none=True))
         )
         response = Response(data)
         if request.query_params.get("download"):
@@ -330,7 +330,9 @@ class Presets(APIView):
                 "name": name,
                 "title": entry["title"],
                 "description": entry["description"],
-                "spec": entry["build"]().model_dump(mode="json", exclude_none=True),
+                "spec": rs.whole_numbers(
+                    entry["build"]().model_dump(mode="json", exclude_none=True)
+                ),
             }
             for name, entry in sorted(presets.available().items())
         ]

@@ -13,10 +13,13 @@ which: vLLM's own report (``kv_cache_tokens``, ``num_gpu_blocks`` x ``block_size
 gpu_memory_utilization - the weights (activations and CUDA graphs are left out, so it
 errs high).
 
-Decode roofline: each decode step reads every weight once plus the KV cache of every
-sequence in the batch. Bytes per step x steps per second (batch / TPOT tokens per
-second, i.e. 1 / TPOT steps) against the HBM bandwidth of the server's GPUs is the
-fraction reached. Only for GPUs in ``GPUS``; "n/a" on a CPU or an unknown GPU.
+Decode roofline (an estimate, and the page says so): each decode step reads every weight
+once plus the KV cache of every sequence in the batch. Bytes per step x steps per second
+(batch / TPOT tokens per second, i.e. 1 / TPOT steps) against the HBM bandwidth of the
+server's GPUs is the fraction reached. The batch is the one the server measured (mean
+``num_requests_running`` while requests ran, ``running_batch`` in the curve), assumed from
+the client's concurrency only where none was reported (``runners.roofline``). Only for
+GPUs in ``GPUS``; "n/a" on a CPU or an unknown GPU.
 
 A server's GPUs are the spec's rule (``runners.spec.VLLMBackend.gpus_per_server``:
 tensor x pipeline x data parallel, ``ServerGPUs``): the memory and the bandwidth are
@@ -154,6 +157,7 @@ class CapacityPlan:
     gpu: GPU | None = None
     roofline: list[RooflinePoint] = field(default_factory=list)
     roofline_note: str = ""
+    roofline_gpus: int = 1  # the GPUs whose bandwidth the roofline adds up (tp x pp x dp)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -292,8 +296,9 @@ def plan(
     ``spec``: the run's spec (JSON). ``snapshot``: its environment (None before the
     runner reported). ``curve``: the first vLLM backend's concurrency-sweep points,
     sorted, each a mapping with x, concurrency, num_prompts, input_len, output_len,
-    output_throughput, preemptions, mean_tpot_ms. ``reported``: server metrics / client
-    output mappings that may carry vLLM's KV-cache size.
+    output_throughput, preemptions, mean_tpot_ms and (where measured) running_batch.
+    ``reported``: server metrics / client output mappings that may carry vLLM's KV-cache
+    size.
     """
     snapshot = snapshot or {}
     out = CapacityPlan()
@@ -362,6 +367,7 @@ def plan(
         # Every GPU of the server reads at once; each data-parallel replica reads the
         # weights in each of its steps.
         server = ServerGPUs.of(backend)
+        out.roofline_gpus = server.gpus
         out.roofline = decode_roofline(
             out.gpu,
             server.gpus,

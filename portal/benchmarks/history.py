@@ -35,6 +35,7 @@ from portal.benchmarks import points as pts
 from portal.benchmarks import queries, runview
 from portal.benchmarks.models import Measurement, Run, RunStatus
 from runners import fingerprint as rf
+from runners.choices import choice_message
 from servebench import verdict
 from servebench.compare import backend_label
 
@@ -209,9 +210,7 @@ def history(
     if not FINGERPRINT_RE.match(fingerprint or ""):
         raise Run.DoesNotExist("not a fingerprint")
     if metric not in HISTORY_METRICS:
-        raise HistoryError(
-            "metric", f"unknown metric {metric[:60]!r}; use one of: {', '.join(HISTORY_METRICS)}"
-        )
+        raise HistoryError("metric", choice_message(metric, HISTORY_METRICS, "metric"))
     runs = queries.visible_runs(user).filter(fingerprint=fingerprint)
     latest = runs.select_related(None).defer(*queries.LIST_DEFERRED).order_by("-created_at").first()
     if latest is None:

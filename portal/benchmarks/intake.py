@@ -32,6 +32,7 @@ from portal.benchmarks.lifecycle import enqueue_dispatch
 from portal.benchmarks.models import Run
 from runners import fingerprint as rf
 from runners import spec as rs
+from runners.choices import choice_message
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def spec_from_request(data: Any, user: Any = None) -> RunRequest:
         preset = data["preset"]
         offered = presets.available()
         if not isinstance(preset, str) or preset not in offered:
-            known = ", ".join(sorted(offered))
-            raise rs.SpecError([{"field": "preset", "message": f"unknown preset; known: {known}"}])
+            message = choice_message(preset if isinstance(preset, str) else "", sorted(offered))
+            raise rs.SpecError([{"field": "preset", "message": message}])
         spec = presets.build(preset)
         try:
             warnings = preflight.check(spec)

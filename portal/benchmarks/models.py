@@ -240,6 +240,25 @@ class Run(models.Model):
         return short(self.public_id)
 
     @property
+    def backend_display(self) -> list[str]:
+        """Each backend once, in the spec's order: its name, and its kind where the name
+        differs ("prod (endpoint)"). ``backends`` holds kinds and names together for the
+        filter, which would read as two backends. Reads ``backend_specs`` (the spec's
+        backends, annotated by ``queries.run_list``) or the spec when it is loaded."""
+        found = getattr(self, "backend_specs", None)
+        if found is None and "spec" not in self.get_deferred_fields():
+            found = (self.spec or {}).get("backends")
+        if not isinstance(found, list):
+            return list(self.backends)
+        out = []
+        for backend in found:
+            if isinstance(backend, dict):
+                kind = str(backend.get("kind") or "")
+                name = str(backend.get("name") or kind)
+                out.append(name if name == kind or not kind else f"{name} ({kind})")
+        return out
+
+    @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
 

@@ -103,6 +103,8 @@ SERVER_COLUMNS = (
     "gpu_memory_peak_bytes",
     "prefix_cache_hit_rate",
 )
+# Server facts read from the stored server_metrics (no column: no page sorts by them).
+SERVER_FACTS = ("num_requests_running_mean",)
 _LATENCY = ("ttft", "tpot", "itl", "e2el")
 
 
@@ -136,6 +138,11 @@ def measurement_values(
         value = getattr(m, column, None)
         if value is not None:
             values[column] = float(value)
+    server = {} if "server_metrics" in m.get_deferred_fields() else m.server_metrics or {}
+    for key in SERVER_FACTS:
+        value = server.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            values[key] = float(value)
     if extra:
         values.update(extra)
     return values
@@ -291,6 +298,11 @@ class RunResults:
     slo: dict[str, float] | None = None
     server_metrics: list[dict[str, Any]] = field(default_factory=list)
     sweep_order: list[str] = field(default_factory=list)
+    # The backend the reader chose as the reference (``?reference=`` on the run page): a
+    # single-point baseline, or a backend measured at the sweep points (hf-batched,
+    # transformers serve, a vLLM configuration), compared point by point. None (or a name
+    # the run does not have): the default rule of ``reference``.
+    chosen_reference: str | None = None
 
     def __post_init__(self) -> None:
         if self.sweep_order:
@@ -336,21 +348,72 @@ class RunResults:
     def sweeps(self) -> list[str]:
         return list(dict.fromkeys(s.sweep for s in self.series()))
 
+    def reference_choices(self) -> list[tuple[str, str]]:
+        """(backend, kind) of every backend a reader may take as the reference: the
+        single-point baselines, then the backends measured at sweep points."""
+        seen: dict[str, str] = {b.backend: b.backend_kind for b in self.baselines.values()}
+        for p in self.points:
+            if p.ok and p.backend_kind not in BASELINE_KINDS:
+                seen.setdefault(p.backend, p.backend_kind)
+        return list(seen.items())
+
     @property
-    def reference(self) -> PointStats | None:
-        """The baseline that the headline speedup, the summary's Speedup column and the
-        throughput chart's "Nx" labels are over: the sequential loop (``hf-sequential``)
-        when the run has one, else its first other single-point baseline. Every label
-        names it (``reference.backend``): a speedup over a compiled static-cache loop must
-        never read as one over the sequential loop."""
+    def reference_name(self) -> str | None:
+        """The backend every speedup on the page is over: the reader's choice when the run
+        has it, else the sequential loop (``hf-sequential``) when the run has one, else
+        its first other single-point baseline."""
+        chosen = self.chosen_reference
+        if chosen and any(name == chosen for name, _ in self.reference_choices()):
+            return chosen
+        default = self._default_reference
+        return default.backend if default is not None else None
+
+    @property
+    def _default_reference(self) -> PointStats | None:
         return next(iter(self.baselines.values()), None)
 
+    @property
+    def reference_is_baseline(self) -> bool:
+        """Whether the reference is one single-point baseline (else it is compared at each
+        sweep point)."""
+        return self.reference_name in self.baselines
+
+    @property
+    def reference(self) -> PointStats | None:
+        """The single-point baseline that the headline speedup, the summary's Speedup
+        column and the throughput chart's "Nx" labels are over (``reference_name``); None
+        when the reference is a backend measured per point (``reference_at``). Every label
+        names it: a speedup over a compiled static-cache loop must never read as one over
+        the sequential loop."""
+        name = self.reference_name
+        return self.baselines.get(name) if name else None
+
+    def reference_at(self, point: PointStats) -> PointStats | None:
+        """What ``point`` is compared with: the reference baseline, or the reference
+        backend's measurement at the same sweep point (None when it has none there, and
+        for the reference's own points)."""
+        name = self.reference_name
+        if name is None or point.backend == name:
+            return None
+        if name in self.baselines:
+            return self.baselines[name]
+        return next(
+            (
+                p
+                for p in self.points
+                if p.backend == name and p.ok and p.point_key == point.point_key
+            ),
+            None,
+        )
+
     def speedup(self, point: PointStats, key: str = "output_throughput") -> float | None:
-        """The point's ``key`` over the reference baseline's, when both exist."""
-        base = self.reference
+        """The point's ``key`` over the reference's (``reference_at``), when both exist."""
+        if point.backend_kind in BASELINE_KINDS:
+            return None
+        base = self.reference_at(point)
         ref = base.get(key) if base else None
         value = point.get(key)
-        if not ref or value is None or point.backend_kind in BASELINE_KINDS:
+        if not ref or value is None:
             return None
         return value / ref
 
@@ -592,12 +655,19 @@ def best_within_budget(
     return max(ok, key=lambda p: p[2], default=None)
 
 
-def default_ttft_budget(results: RunResults) -> tuple[float, str] | None:
+def default_ttft_budget(
+    results: RunResults, spec: rs.Spec | None = None
+) -> tuple[float, str] | None:
     """The p99 TTFT budget a reader starts from, and where it comes from: the spec's SLO
-    when it sets one, else the median p99 TTFT over the load sweeps' points (rounded to
-    two significant digits), so about half of them fit. None without load points."""
+    when it sets one, else the SLA search's p99 TTFT limit (so the box and the search's
+    answer speak of one budget), else the median p99 TTFT over the load sweeps' points
+    (rounded to two significant digits), so about half of them fit. None without load
+    points."""
     if results.slo and results.slo.get("ttft_ms"):
         return float(results.slo["ttft_ms"]), "the spec's SLO"
+    search = spec.sla_search if spec is not None else None
+    if search is not None and search.slo.get("p99_ttft_ms"):
+        return float(search.slo["p99_ttft_ms"]), "the SLA search's SLO"
     latencies = sorted(
         latency
         for s in results.series()

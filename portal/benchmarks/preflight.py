@@ -13,6 +13,8 @@ Refused (SpecError, HTTP 400 naming the field; every refusal at once):
   them: ``local_gpus``): on a machine without a GPU the runner would silently measure
   the CPU instead. ``gpu_count: 0`` runs on the CPU on purpose (the tiny demo preset
   does).
+- a local model directory or dataset file that does not exist on this machine (local
+  executor: the runner runs here, so the run could only fail when it loads them).
 - ``resources.gpu_count`` above SERVEBENCH_K8S_MAX_GPUS on Kubernetes (no node has that
   many: the Job would fail at dispatch).
 
@@ -22,8 +24,6 @@ Warned about (returned with the created run; the form shows them before it is su
   downloads are off (HF_HUB_OFFLINE=1), on the local executor: the runner would fail when
   it loads the model. A warning, not a refusal: the worker's cache may differ from the web
   server's, and a model can be put there before the run starts.
-- a local model directory or dataset file that does not exist on this machine (local
-  executor).
 
 Field names are spec paths without the ``spec.`` prefix the API adds (``resources.gpu_count``).
 """
@@ -60,14 +60,20 @@ class Finding:
 
 
 def local_gpus(lib: Any = None) -> int:
-    """GPUs a local runner gets: SERVEBENCH_LOCAL_GPUS, else the devices this machine's
-    GPUs give a process under its CUDA_VISIBLE_DEVICES, by CUDA's rules
-    (``runners.gpu_scope``: what a run's environment records and its telemetry reads).
-    The machine's GPUs are NVML's (``lib``, default pynvml), else the NVIDIA device files
-    in /dev (``nvidia0``, ``nvidia1``...; known by index only, so a ``GPU-`` UUID names
-    none of them)."""
+    """GPUs a local runner gets: SERVEBENCH_LOCAL_GPUS, else its slot's share of the
+    devices this machine's GPUs give a process under its CUDA_VISIBLE_DEVICES, by CUDA's
+    rules (``runners.gpu_scope``: what a run's environment records and its telemetry
+    reads; ``runners.placement``: each of SERVEBENCH_LOCAL_SLOTS slots gets the same
+    number of GPUs, none shared). The machine's GPUs are NVML's (``lib``, default
+    pynvml), else the NVIDIA device files in /dev (``nvidia0``, ``nvidia1``...; known by
+    index only, so a ``GPU-`` UUID names none of them)."""
     if settings.SERVEBENCH_LOCAL_GPUS is not None:
         return int(settings.SERVEBENCH_LOCAL_GPUS)
+    return visible_gpus(lib) // max(settings.SERVEBENCH_LOCAL_SLOTS, 1)
+
+
+def visible_gpus(lib: Any = None) -> int:
+    """Every device the local executor's slots share out (``local_gpus``' machine)."""
     host = nvml.read_host_gpus(lib)
     if host is None:
         count = sum(1 for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit())
@@ -130,7 +136,16 @@ def _gpus(spec: rs.Spec) -> list[Finding]:
     have = local_gpus()
     if asked <= have:
         return []
-    if have == 0:
+    slots = settings.SERVEBENCH_LOCAL_SLOTS
+    shared = visible_gpus() if have == 0 and slots > 1 else 0
+    if shared and settings.SERVEBENCH_LOCAL_GPUS is None:
+        message = (
+            f"asks for {asked} GPU{'s' * (asked != 1)}, but this portal's machine has "
+            f"{shared} for {slots} concurrent runs (SERVEBENCH_LOCAL_SLOTS): two "
+            "runs would share a GPU. The administrator sets SERVEBENCH_LOCAL_SLOTS to at "
+            "most the number of GPUs"
+        )
+    elif have == 0:
         message = (
             f"asks for {asked} GPU{'s' * (asked != 1)}, but this portal runs benchmarks on its "
             "own machine (the local executor), which has none: the run would measure the CPU "
@@ -138,9 +153,10 @@ def _gpus(spec: rs.Spec) -> list[Finding]:
             "preset does), or submit to a portal with GPUs"
         )
     else:
+        per_run = f" per run ({slots} runs at once divide its GPUs)" if slots > 1 else ""
         message = (
             f"asks for {asked} GPUs, but this portal's machine (the local executor) has "
-            f"{have}; ask for at most {have}"
+            f"{have}{per_run}; ask for at most {have}"
         )
     return [Finding("resources.gpu_count", message, True)]
 
@@ -180,9 +196,9 @@ def _paths(spec: rs.Spec) -> list[Finding]:
             out.append(
                 Finding(
                     field,
-                    f"there is no directory {value!r} on this machine: the run will fail when "
-                    "it loads the model; check the path",
-                    False,
+                    f"there is no directory {value!r} on this machine, where the run would "
+                    "load it; check the path (or put the model there first)",
+                    True,
                 )
             )
     for field, path in spec.data_files():
@@ -190,9 +206,9 @@ def _paths(spec: rs.Spec) -> list[Finding]:
             out.append(
                 Finding(
                     field,
-                    f"there is no file {path!r} on this machine: the run will fail when it "
-                    "reads it; check the path",
-                    False,
+                    f"there is no file {path!r} on this machine, where the run would read "
+                    "it; check the path (or put the file there first)",
+                    True,
                 )
             )
     return out

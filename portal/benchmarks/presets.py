@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from runners import spec as rs
+from runners.choices import choice_message
 
 
 def tiny_model_dir() -> str | None:
@@ -39,8 +40,7 @@ def build(name: str) -> rs.Spec:
     """The preset's spec; KeyError naming the presets offered here."""
     presets = available()
     if name not in presets:
-        known = ", ".join(sorted(presets))
-        raise KeyError(f"unknown preset {name!r}; known here: {known}")
+        raise KeyError(choice_message(name, sorted(presets), "preset"))
     return presets[name]["build"]()
 
 

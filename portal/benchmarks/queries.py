@@ -35,6 +35,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
 
 from portal.benchmarks.models import PUBLIC_ID_LENGTH, Baseline, Measurement, Run, RunStatus
+from runners.choices import choice_message
 
 # Columns the runs list never shows; leaving them out keeps list pages light.
 LIST_DEFERRED = ("spec", "errors", "timings", "executor_handle")
@@ -161,7 +162,7 @@ class RunFilters:
         if values["status"] and values["status"] not in RunStatus.values:
             raise FilterError(
                 "status",
-                f"unknown status {values['status']!r}; use one of: {', '.join(RunStatus.values)}",
+                choice_message(values["status"], RunStatus.values, "status"),
             )
         return cls(**values)
 
@@ -198,7 +199,10 @@ def run_list(
     return (
         runs.select_related("owner")
         .defer(*LIST_DEFERRED)
-        .annotate(label_list=labels(OuterRef("pk")))
+        .annotate(
+            label_list=labels(OuterRef("pk")),
+            backend_specs=KeyTransform("backends", "spec"),  # Run.backend_display
+        )
         .order_by("-created_at", "-id")
     )
 

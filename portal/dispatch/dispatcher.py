@@ -86,11 +86,15 @@ def _handle(run: Run, executor: Executor) -> dict:
 # --------------------------------------------------------------------------- dispatch
 
 
-def _claim(run_id: int, executor: Executor, now: datetime) -> Run | None:
-    """queued -> dispatched, with the handle, deadline and slot in the same update."""
+def _claim(run_id: int, executor: Executor, now: datetime, slot: int | None = None) -> Run | None:
+    """queued -> dispatched, with the handle (and in it the slot's index, which says the
+    GPUs and cores the run owns), deadline and slot in the same update."""
     run = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).first()
     if run is None:
         return None
+    handle = executor.handle_for(run)
+    if slot is not None:
+        handle = {**handle, "slot": slot}
     claimed = transition(
         run.pk,
         RunStatus.DISPATCHED,
@@ -98,7 +102,7 @@ def _claim(run_id: int, executor: Executor, now: datetime) -> Run | None:
         dispatched_at=now,
         deadline=deadline_for(run, now),
         executor=executor.name,
-        executor_handle=executor.handle_for(run),
+        executor_handle=handle,
         holds_slot=executor.slots is not None,
     )
     if not claimed:
@@ -243,14 +247,16 @@ def fill_slots(executor: Executor) -> dict[int | str, str]:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_slot_lock_key(executor)])
         release_slots(executor)
         holders = Run.objects.filter(holds_slot=True, executor=executor.name)
-        free = executor.slots - holders.count()
+        free_slots = _free_slots(executor.slots, holders)
+        free = len(free_slots)
         queued = Run.objects.filter(status=RunStatus.QUEUED).order_by(*CLAIM_ORDER)
         claimed = []
         for pk in queued.values_list("pk", flat=True)[: max(free, 0)]:
             failpoints.hit("dispatch.before-claim")
-            run = _claim(pk, executor, now)
+            run = _claim(pk, executor, now, free_slots[0])
             if run is not None:
                 claimed.append(run.pk)
+                free_slots.pop(0)
         if queued.exists() and free <= len(claimed):
             outcomes["waiting"] = "1"
         # Claimed earlier (by us now, or by a worker that died before starting them).
@@ -261,6 +267,19 @@ def fill_slots(executor: Executor) -> dict[int | str, str]:
         if run.pk in claimed or _never_started(run, executor):
             outcomes[run.pk] = _start(run, executor)
     return outcomes
+
+
+def _free_slots(slots: int, holders) -> list[int]:
+    """The slot indices no holder has, lowest first. A holder without an index below
+    ``slots`` (claimed before slots had indices, or before the slots were lowered) takes
+    the lowest free one: its hardware is unknown, so no slot is given out twice."""
+    indices = [
+        (h or {}).get("slot")
+        for h in holders.order_by("pk").values_list("executor_handle", flat=True)
+    ]
+    used = {i for i in indices if isinstance(i, int) and 0 <= i < slots}
+    free = [i for i in range(slots) if i not in used]
+    return free[len(indices) - len(used) :]
 
 
 def slot_releasing(executor: Executor) -> bool:

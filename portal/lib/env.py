@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runners.choices import choice_message
+
 
 class _Required:
     def __repr__(self) -> str:
@@ -93,7 +95,7 @@ def strings(name: str, default: list[str]) -> list[str]:
 def choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = string(name, default)
     if value not in choices:
-        raise ImproperlyConfigured(f"{name}={value!r} is not one of: {', '.join(choices)}")
+        raise ImproperlyConfigured(f"{name}={choice_message(value, choices)}")
     return value
 
 

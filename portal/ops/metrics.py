@@ -274,7 +274,7 @@ def render() -> str:
     return "\n".join(line for family in families for line in family.lines) + "\n"
 
 
-_SEGMENT = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+_SEGMENT = re.compile(r"^[a-z_][a-z0-9_]{0,39}\Z")
 
 
 def refusal_label(field: str) -> str:

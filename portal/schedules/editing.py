@@ -30,8 +30,9 @@ from portal.benchmarks import baselines, intake, policy
 from portal.schedules import cadence as cad
 from portal.schedules.models import Cadence, Firing, Schedule
 from runners import spec as rs
+from runners.choices import choice_message
 
-_AT = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+_AT = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])\Z")
 FIELDS = {"name", "label", "spec", "preset", "cadence", "at", "every_hours", "is_public", "enabled"}
 
 
@@ -48,7 +49,7 @@ class ScheduleError(ValueError):
 def _cadence(data: dict[str, Any]) -> tuple[str, time, int | None]:
     kind = data.get("cadence")
     if kind not in Cadence.values:
-        raise ScheduleError("cadence", f"cadence is one of: {', '.join(Cadence.values)}")
+        raise ScheduleError("cadence", choice_message(kind, Cadence.values, "cadence"))
     at_text = data.get("at", "00:00")
     match = _AT.match(at_text) if isinstance(at_text, str) else None
     if match is None:

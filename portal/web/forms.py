@@ -42,10 +42,18 @@ from runners import spec as rs
 
 _WHOLE = re.compile(r"\A[0-9]{1,9}\Z")
 
+# Every backend kind a spec may list (``runners.spec.BACKEND_KINDS``), so the boxes show
+# what any spec or preset holds. Ticking one adds it with its defaults; an endpoint needs
+# its URL in the spec text, and the check says so at once.
 BACKEND_CHOICES = [
-    ("hf-sequential", "HF Transformers sequential baseline"),
+    ("hf-sequential", "HF Transformers, sequential (one request at a time)"),
+    ("hf-static-cache", "HF Transformers, static cache + torch.compile"),
+    ("hf-batched", "HF Transformers, static batches"),
+    ("transformers-serve", "transformers serve (continuous batching)"),
     ("vllm", "vLLM server (continuous batching, PagedAttention)"),
+    ("endpoint", "A deployed OpenAI-compatible endpoint (set its url in the spec)"),
 ]
+assert {kind for kind, _ in BACKEND_CHOICES} == set(rs.BACKEND_KINDS)
 _MANAGED_KINDS = {kind for kind, _ in BACKEND_CHOICES}
 
 # The fields that mirror the spec, and the spec path each one shows.
@@ -420,6 +428,15 @@ class RunForm(forms.Form):
             values[field] = self._posted(field)
         return self.text or "", values
 
+    def _synced_values(self, values: dict[str, FieldValue]) -> dict[str, FieldValue]:
+        """What ``synced`` records: the values read from the spec. A field whose typed
+        value could not be written keeps showing it, but ``synced`` holds the spec's, so
+        the next check or submit still sees that field as edited (and its error again)."""
+        if self.mapping is None or not self._unwritten:
+            return values
+        spec_values = field_values(self.mapping)
+        return {f: spec_values[f] if f in self._unwritten else v for f, v in values.items()}
+
     @property
     def warnings_at(self) -> dict[str, list[str]]:
         """Warnings by form field, for the template (``form.warnings_at.model_id``)."""
@@ -438,7 +455,7 @@ class RunForm(forms.Form):
         data = self.data.copy()
         data["spec_text"] = text
         data["preset"] = self.matched_preset
-        data["synced"] = self.synced_json(text, values, self.matched_preset)
+        data["synced"] = self.synced_json(text, self._synced_values(values), self.matched_preset)
         for field, value in values.items():
             if isinstance(value, list):
                 data.setlist(field, value)
@@ -459,11 +476,24 @@ class RunForm(forms.Form):
             "spec_text": text,
             "fields": values,
             "preset": self.matched_preset,
-            "synced": self.synced_json(text, values, self.matched_preset),
+            "synced": self.synced_json(text, self._synced_values(values), self.matched_preset),
             "errors": problems,
             "warnings": self.warnings,
             "valid": self.spec is not None,
         }
+
+    def initial_from_text(self, text: str) -> None:
+        """An unbound form showing a spec text (a run's, to edit and submit again)."""
+        values = field_values(rs.safe_yaml(text))
+        preset = _preset_of(rs.loads_spec(text))
+        self.initial.update(
+            {
+                "preset": preset,
+                "spec_text": text,
+                "synced": self.synced_json(text, values, preset),
+                **values,
+            }
+        )
 
     def initial_from_preset(self, name: str) -> None:
         """An unbound form showing a preset: its spec text, the fields read from it."""

@@ -18,15 +18,21 @@ from servebench import verdict
 
 
 def summary(results: RunResults) -> dict[str, Any]:
-    """Headline numbers: best vLLM output tok/s (where, and its p99 TTFT), the HF
-    baseline, and their ratio."""
+    """Headline numbers: best vLLM output tok/s (where, and its p99 TTFT), the reference
+    (``results.reference_name``: an HF baseline by default, or the reader's choice, which
+    a vLLM configuration may be: then compared at the best point), and their ratio."""
     points = results.points
     out: dict[str, Any] = {
         "points": len(points),
         "failed": sum(p.failed for p in points),
     }
+    name = results.reference_name
     vllm = [
-        p for p in points if p.backend_kind == "vllm" and p.get("output_throughput") is not None
+        p
+        for p in points
+        if p.backend_kind == "vllm"
+        and p.get("output_throughput") is not None
+        and p.backend != name  # never "1.0x itself"
     ]
     if vllm:
         best = max(vllm, key=lambda p: p.get("output_throughput") or 0.0)
@@ -37,10 +43,14 @@ def summary(results: RunResults) -> dict[str, Any]:
             "p99_ttft_ms": best.get("p99_ttft_ms"),
             "point": best,
         }
-    base = results.reference
+    base = results.reference_at(out["best"]["point"]) if "best" in out else results.reference
+    out["reference"] = name  # what every speedup on this page is over
+    out["reference_kind"] = dict(results.reference_choices()).get(name or "", "")
+    out["reference_is_baseline"] = results.reference_is_baseline
+    out["reference_choices"] = results.reference_choices()
     if base is not None and base.get("output_throughput"):
         out["hf_output_throughput"] = base.get("output_throughput")
-        out["reference"] = base.backend  # what "the HF baseline" is on this page
+        out["reference_where"] = "" if results.reference_is_baseline else base.short
     if "best" in out and out.get("hf_output_throughput"):
         out["speedup"] = out["best"]["output_throughput"] / out["hf_output_throughput"]
     if "best" in out:  # "vLLM at c=64: 41x hf-sequential, 3.2x hf-batched"
@@ -93,7 +103,7 @@ def headline_noise(
         out["speedup_range"] = (low, high)
         if high / low > (1 + limit) ** 2:
             warn(
-                f"The speedup over the {base.backend} baseline could be anywhere from "
+                f"The speedup over {base.backend} could be anywhere from "
                 f"{low:.1f}x to "
                 f"{high:.1f}x (the 95% intervals of both throughputs)."
             )
@@ -142,8 +152,8 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
         for backend, kind, point_key, repeat, cond in rows
     ]
     flagged = {(p["backend"], p["point_key"]) for p in points}
-    base = results.reference
     best = (headline.get("best") or {}).get("point")
+    base = results.reference_at(best) if best is not None else results.reference
     return {
         "points": points,
         "hf": base is not None and (base.backend, base.point_key) in flagged,
@@ -151,9 +161,50 @@ def contention(run: Run, results: RunResults, headline: dict[str, Any]) -> dict[
     }
 
 
-def environment_facts(snapshot: dict[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) rows of the facts a reader checks first; the rest is in the JSON."""
-    return envfacts.facts(snapshot, envfacts.SHOWN)
+# Facts about the model as the runner loads it: of an endpoint-only run they would describe
+# nothing that ran (the endpoint's server chose its own dtype, revision and length).
+_LOADED_MODEL_FACTS = {
+    "model.revision",
+    "model.revision_source",
+    "benchmark.dtype",
+    "benchmark.max_model_len",
+}
+# Relabelled for an endpoint-only run: the runner's machine ran only the bench client.
+_RUNNER_LABELS = {
+    "software.vllm": "vLLM (the runner's bench client)",
+    "gpu.model": "GPU (the runner's machine)",
+    "gpu.count": "GPU count (the runner's machine)",
+}
+
+
+def environment_facts(
+    snapshot: dict[str, Any], spec: rs.Spec | None = None
+) -> list[tuple[str, str]]:
+    """(label, value) rows of the facts a reader checks first; the rest is in the JSON.
+    For a run that only measured deployed endpoints these are the runner's machine's: the
+    model-loading facts are left out and the software says whose it is (the endpoints'
+    own facts are in their section)."""
+    if spec is None or spec.loads_model:
+        return envfacts.facts(snapshot, envfacts.SHOWN)
+    shown = tuple(f for f in envfacts.SHOWN if f.path not in _LOADED_MODEL_FACTS)
+    labels = {f.label: _RUNNER_LABELS.get(f.path, f.label) for f in shown}
+    return [(labels[label], value) for label, value in envfacts.facts(snapshot, shown)]
+
+
+def environment_note(spec: rs.Spec | None) -> str:
+    """What the environment section describes when the run measured endpoints."""
+    if spec is None or not spec.endpoint_backends:
+        return ""
+    if not spec.loads_model:
+        return (
+            "The machine the runner measured from, not the endpoint's: the endpoint reports "
+            "its own engine and version under Endpoints; its GPU, dtype and model revision "
+            "are not known here."
+        )
+    return (
+        "The runner's machine, where its own backends ran; each endpoint reports its own "
+        "engine and version under Endpoints."
+    )
 
 
 _ABSENT = {"", "none", "unknown"}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.template.loader import render_to_string
@@ -70,6 +71,7 @@ def capacity_curve(results: pts.RunResults) -> list[dict[str, Any]]:
             "output_throughput": p.get("output_throughput"),
             "preemptions": p.get("preemptions"),
             "mean_tpot_ms": p.get("mean_tpot_ms"),
+            "running_batch": p.get("num_requests_running_mean"),
         }
         for p in series.points
     ]
@@ -154,12 +156,15 @@ FRAGMENTS = {
 }
 
 
-def results_part(run: Run, manager: bool) -> dict[str, Any]:
+def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[str, Any]:
     """What the page derives from the run's data (module docstring), with its heavy
-    sections rendered (``fragments``). The run is loaded once (``runview.load``)."""
+    sections rendered (``fragments``). The run is loaded once (``runview.load``).
+    ``reference``: the backend the reader chose to compare with (``?reference=``)."""
     view = runview.load(run)
     results = view.results
     assert results is not None
+    results.chosen_reference = reference
+    reference_query = urlencode({"reference": reference}) if reference else ""
     pts.attach_request_intervals(results)  # the headline's and the table's noise
     headline = presenters.summary(results)
     for point in results.points:  # runner text: one line each for who does not manage it
@@ -177,7 +182,7 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
             gpu_name=run.gpu_name,
         )
     )
-    budget = pts.default_ttft_budget(results)
+    budget = pts.default_ttft_budget(results, view.spec)
     budget_ms = budget[0] if budget else None
     headings = tables.summary_headings(results)
     charts = figures.run_figures(
@@ -185,6 +190,7 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
     )
     part: dict[str, Any] = {
         "results": results,
+        "reference_query": reference_query,
         "figures": charts.items,
         "chart_groups": charts.by_sweep(),
         "has_pareto": any(f["kind"] == "pareto" for f in charts.items),
@@ -202,7 +208,8 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "budget_best": budget_summary(results, budget_ms),
         "preempted": [p for p in results.points if (p.get("preemptions") or 0) > 0],
         "has_environment": environment is not None,
-        "env_facts": presenters.environment_facts(snapshot),
+        "env_facts": presenters.environment_facts(snapshot, view.spec),
+        "env_note": presenters.environment_note(view.spec),
         "snapshot": snapshot,
         "reproduce": presenters.reproduce_commands(view, snapshot),
         "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",
@@ -211,13 +218,21 @@ def results_part(run: Run, manager: bool) -> dict[str, Any]:
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py
+    # A run with nothing measured offers nothing to download or re-check, and loads no
+    # chart library (run.js loads it when a live run's first charts arrive).
+    part["has_results"] = any(p.ok for p in results.points)
+    part["loads_charts"] = bool(charts.items) or bool(part["telemetry"]["points"])
     context = {**part, "run": run}
     part["fragments"] = {name: render_to_string(t, context) for name, t in FRAGMENTS.items()}
     return part
 
 
-def _key(run: Run, manager: bool) -> str | None:
-    return pagecache.key("run", run.public_id, run.updated_at, manager) if run.is_final else None
+def _key(run: Run, manager: bool, reference: str | None = None) -> str | None:
+    if not run.is_final:
+        return None
+    if reference is None:  # the default page: the key run_page.warm fills
+        return pagecache.key("run", run.public_id, run.updated_at, manager)
+    return pagecache.key("run", run.public_id, run.updated_at, manager, reference)
 
 
 def warm(run: Run) -> dict[str, Any]:
@@ -241,10 +256,25 @@ def run_labels(run: Run) -> list[str]:
     return list(found) if found is not None else baselines.labels_of([run.pk]).get(run.pk, [])
 
 
-def build(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str, Any]:
-    """The run page's context (without request-specific URLs)."""
+def reference_param(run: Run, value: str | None) -> str | None:
+    """The ``?reference=`` a reader gave, when it names one of the run's backends (else
+    None: the default reference, and one cached page however the URL was spelt)."""
+    if not value:
+        return None
+    names = {b.get("name") or b.get("kind") for b in (run.spec or {}).get("backends") or []}
+    return value if value in names else None
+
+
+def build(
+    user: AbstractBaseUser | AnonymousUser, run: Run, reference: str | None = None
+) -> dict[str, Any]:
+    """The run page's context (without request-specific URLs); ``reference`` as
+    ``reference_param`` reads it."""
     manager = queries.may_manage(user, run)
-    part = pagecache.get_or_build(_key(run, manager), lambda: results_part(run, manager))
+    reference = reference_param(run, reference)
+    part = pagecache.get_or_build(
+        _key(run, manager, reference), lambda: results_part(run, manager, reference)
+    )
     rerun_info = rerun_context(user, run)
     related = [rerun_info.get("original"), *rerun_info["reruns"]]
     compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]

@@ -21,6 +21,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from portal.benchmarks.points import METRICS, Metric, PointStats, RunResults, display_value
+from runners import spec as rs
 
 
 @dataclass
@@ -156,7 +157,7 @@ def records(results: RunResults) -> list[dict[str, Any]]:
     """One dict per point: identity, then each metric's mean and standard deviation
     (``<key>`` and ``<key>_std``) in stored units (fractions, bytes, ms)."""
     metrics = columns(results)
-    reference = results.reference
+    reference = results.reference_name
     out = []
     for p in results.points:
         record: dict[str, Any] = {
@@ -165,7 +166,7 @@ def records(results: RunResults) -> list[dict[str, Any]]:
             "point": p.point_key,
             "sweep": p.sweep,
             "axis": p.axis,
-            "value": p.value,
+            "value": rs.whole_numbers(p.value),  # concurrency 4, not 4.0
             "input_len": p.input_len,
             "output_len": p.output_len,
             "concurrency": p.concurrency,
@@ -173,12 +174,14 @@ def records(results: RunResults) -> list[dict[str, Any]]:
             "repeats": p.repeats,
             "failed": p.failed,
             "speedup_vs_hf": results.speedup(p),
-            # which baseline speedup_vs_hf is over (hf-sequential when the run has one)
-            "speedup_reference": reference.backend if reference is not None else None,
+            # which backend speedup_vs_hf is over (hf-sequential when the run has one)
+            "speedup_reference": reference,
         }
         for metric in metrics:
             record[metric.key] = p.get(metric.key)
-            record[f"{metric.key}_std"] = p.std.get(metric.key)
+            # A standard deviation needs two repeats: measured once, it is unknown (empty),
+            # never a 0.0 that reads as "no spread".
+            record[f"{metric.key}_std"] = p.std.get(metric.key) if p.repeats > 1 else None
         out.append(record)
     return out
 

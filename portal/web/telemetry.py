@@ -49,14 +49,28 @@ def _layout(title: str, right: str | None, span: tuple[float, float]) -> dict[st
     lo, hi = span
     pad = max((hi - lo) * 0.05, 0.05)
     layout: dict[str, Any] = {
-        "title": {"text": esc(title), "font": {"size": 14}},
-        "margin": {"l": 56, "r": 56 if right else 16, "t": 40, "b": 44},
+        # The title on its own line under the toolbar (top right), left-aligned: at a
+        # phone's width the two would otherwise share the top 40 px and overlap.
+        "title": {
+            "text": esc(title),
+            "font": {"size": 14},
+            "x": 0,
+            "xref": "container",
+            "xanchor": "left",
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"l": 8, "t": 34},
+        },
+        "margin": {"l": 56, "r": 56 if right else 16, "t": 64, "b": 44},
         "font": {"color": INK},
         "hovermode": "x unified",
         "dragmode": "zoom",
-        "legend": {"orientation": "h", "y": -0.25},
+        # Below the plot, with the axis unit on the ticks (no axis title for it to run
+        # into at a phone's width); the panel's text says what zero is.
+        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.12, "yanchor": "top"},
         "xaxis": {
-            "title": {"text": "Seconds since the point's first request"},
+            "ticksuffix": " s",
             "range": [round(lo - pad, 3), round(hi + pad, 3)],
             "gridcolor": GRID,
             "zeroline": True,

@@ -75,6 +75,7 @@ from runners.spec.io import (
     load_spec,
     loads_spec,
     parse_spec,
+    whole_numbers,
 )
 from runners.spec.model import ModelSpec
 from runners.spec.points import Point, hf_point, search_point
@@ -167,4 +168,5 @@ __all__ = [
     "shown",
     "slo_text",
     "tiny_demo",
+    "whole_numbers",
 ]

@@ -6,12 +6,14 @@ aliases, ``runners.spec.yamlload``), ``dump_spec`` and ``json_schema``; every re
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import ValidationError
 
+from runners.choices import choice_message
 from runners.spec.backends import BACKEND_KINDS
 from runners.spec.common import SPEC_VERSION, FieldError, json_problem
 from runners.spec.root import Spec
@@ -44,8 +46,30 @@ def errors_from(exc: ValidationError) -> list[dict[str, str]]:
             msg = msg[len("Value error, ") :]
         elif msg.startswith("Assertion failed, "):
             msg = msg[len("Assertion failed, ") :]
+        elif err["type"] in _CHOICE_ERRORS:
+            msg = _choice_message(err)
+            if err["type"] == "union_tag_invalid":  # the tag is the discriminator's field
+                loc.append(str((err.get("ctx") or {}).get("discriminator", "")).strip("'"))
         out.append({"field": ".".join(loc), "message": msg})
     return out
+
+
+# pydantic's "one of these values" errors, and where each keeps the allowed values.
+_CHOICE_ERRORS = {
+    "literal_error": "expected",
+    "enum": "expected",
+    "union_tag_invalid": "expected_tags",
+}
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
+def _choice_message(err: Any) -> str:
+    ctx = err.get("ctx") or {}
+    allowed = _QUOTED.findall(str(ctx.get(_CHOICE_ERRORS[err["type"]], "")))
+    given = ctx["tag"] if err["type"] == "union_tag_invalid" else err.get("input")
+    if not allowed:
+        return str(err["msg"])
+    return choice_message(given, allowed)
 
 
 def parse_spec(data: Any, *, stored: bool = False) -> Spec:
@@ -85,8 +109,21 @@ def load_spec(path: str | Path) -> Spec:
     return loads_spec(Path(path).read_text(encoding="utf-8"))
 
 
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every float that is a whole number written as an integer (a sweep of
+    concurrency ``1.0, 4.0`` reads ``1, 4``); the values compare equal, so it reads back
+    to the same spec."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
 def dump_spec(spec: Spec, fmt: Literal["yaml", "json"] = "yaml") -> str:
-    data = spec.model_dump(mode="json", exclude_none=True)
+    data = whole_numbers(spec.model_dump(mode="json", exclude_none=True))
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runners.choices import choice_message
 from runners.spec.backends import (
     HFBackend,
     HFBatchedBackend,
@@ -110,4 +111,4 @@ def preset(name: str) -> Spec:
     try:
         return PRESETS[name]["build"]()
     except KeyError:
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+        raise KeyError(choice_message(name, sorted(PRESETS), "preset")) from None

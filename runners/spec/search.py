@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from runners.choices import choice_message
 from runners.spec.common import MAX_BACKENDS, MAX_CONCURRENCY, FieldError, Strict, _label
 from runners.spec.workload import WorkloadOverrides
 
@@ -104,9 +105,7 @@ class SLASearch(Strict):
     def _slo(cls, v: dict[str, float]) -> dict[str, float]:
         for key, limit in v.items():
             if key not in SLO_METRICS:
-                raise FieldError(
-                    key, f"{key!r} is not a latency metric; use one of {', '.join(SLO_METRICS)}"
-                )
+                raise FieldError(key, choice_message(key, SLO_METRICS, "latency metric"))
             if not (isinstance(limit, int | float) and math.isfinite(limit) and limit > 0):
                 raise FieldError(key, "an SLO limit is a positive number of milliseconds")
         return {k: float(x) for k, x in v.items()}

@@ -55,6 +55,25 @@ def test_a_bad_token_is_one_line_and_exit_2(cli, portal, measured_run, personas)
     assert result.out == ""
 
 
+def test_a_rate_limit_is_waited_out_within_its_budget_then_said(cli, portal, settings, monkeypatch):
+    """The portal's 429 (Retry-After: the window's end) is waited out and the call sent
+    again, saying so; past SERVEBENCH_RETRY_WAIT_S it is one line naming the limit and when
+    to try again."""
+    from portal.lib.rates import Rate
+
+    url, token, _ = portal
+    settings.SERVEBENCH_RATES = {**settings.SERVEBENCH_RATES, "ci": Rate(1, 10)}
+    assert cli("presets", url=url, token=token).code == 0
+    waited = cli("presets", url=url, token=token)  # the same window: 429, then a retry
+    assert waited.code == 0, waited.err
+    assert "the portal asks to wait" in waited.err and "again" in waited.err
+    monkeypatch.setenv("SERVEBENCH_RETRY_WAIT_S", "0")
+    line = one_error_line(cli("presets", url=url, token=token))
+    assert "HTTP 429" in line and "try again in" in line and "per" in line
+    monkeypatch.setenv("SERVEBENCH_RETRY_WAIT_S", "soon")
+    assert "SERVEBENCH_RETRY_WAIT_S" in one_error_line(cli("presets", url=url, token=token))
+
+
 def test_no_token_where_one_is_needed(cli, portal, tmp_path, spec_dict):
     url, _, _ = portal
     spec = tmp_path / "spec.yaml"
@@ -119,7 +138,8 @@ def test_validate_accepts_a_good_spec(cli, tmp_path, spec_dict):
         (["compare", "a", "b", "--metric", "tokens_per_joule"], "unknown metric"),
         (["submit", "spec.yaml", "--baseline", "latest:main"], "need --wait"),
         (["submit"], "give a spec file or --preset NAME"),
-        (["nonsense"], "invalid choice: 'nonsense'"),
+        (["nonsense"], "'nonsense' is not one of the choices: submit, status"),
+        (["results", "a", "--format", "jsno"], "--format: 'jsno': did you mean 'json'?"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(cli, argv, expected):
@@ -327,3 +347,25 @@ def test_python_m_servebench_and_bin_servebench_run(tmp_path):
         )
         assert usage.returncode == 2
         assert usage.stderr.count("\n") == 1
+
+
+def test_wait_says_the_queue_position_every_30_seconds(portal, tmp_path, spec_dict):
+    # A queued run (no worker here): the wait prints where it stands in the queue every
+    # 30 s, not only every few minutes. A clock that moves 5 s a look.
+    import itertools
+
+    from servebench import cli as sb_cli
+    from servebench.client import Client, ServebenchError
+
+    url, token, _ = portal
+    client = Client(url, token)
+    run = client.submit(yaml.safe_dump(spec_dict()))
+    ticks = itertools.count(0, 5)
+    out = io.StringIO()
+    with pytest.raises(ServebenchError, match="timed out"):
+        sb_cli.wait_for(
+            client, run["id"], timeout=120, poll=0, out=out, clock=lambda: float(next(ticks))
+        )
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3, lines
+    assert all("queued" in line and "position 1 in the queue" in line for line in lines)

@@ -45,7 +45,7 @@ def test_the_ci_spec_validates_once_the_image_is_filled_in():
     assert "@IMAGE@" in text
     spec = rs.loads_spec(text.replace("@IMAGE@", "ghcr.io/org/repo/vllm:0123abcd"))
     assert spec.repeats >= 2  # throughput gets a run-to-run noise estimate
-    assert spec.workload.num_prompts >= 437  # a bounded p99 interval (see the README)
+    assert spec.workload.num_prompts >= 437  # a bounded p99 interval (docs/verdict.md)
 
 
 @pytest.mark.parametrize("name", PIPELINES)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servebench import stats
+from servebench import render, stats
 from servebench import verdict as v
 from servebench.compare import compare_documents
 
@@ -397,6 +397,9 @@ def test_documents_of_different_configurations_judge_the_change():
     assert comparison.comparable and comparison.regressed
     assert comparison.changes == ["model.dtype: bfloat16 → float16"]
     assert "quality of the answers is not measured" in comparison.quality_note
+    # A pull-request comment names each change as typed (code, not escaped Markdown).
+    summary = render.comparison_markdown(comparison, {}, {})
+    assert "**What changed:** `model.dtype: bfloat16 → float16`" in summary
 
 
 def test_documents_take_the_series_history():

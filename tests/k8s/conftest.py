@@ -85,8 +85,10 @@ def kubectl(need: Callable[..., None]) -> str:
 # --------------------------------------------------------------------------- control plane
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def control_plane(need: Callable[..., None]) -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver and kube-controller-manager for tests/k8s; package scope, so
+    they stop when this directory's last test ends, not with the whole session."""
     binaries = {n: tool(n) for n in ("etcd", "kube-apiserver", "kube-controller-manager")}
     missing = [n for n, path in binaries.items() if not path]
     need(not missing, f"a Kubernetes control plane ({', '.join(missing)} missing)", HOW)
@@ -103,12 +105,12 @@ def control_plane(need: Callable[..., None]) -> Iterator[ControlPlane]:
     shutil.rmtree(cp.dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kube_api(control_plane: ControlPlane) -> Any:
     return control_plane.api_client()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def namespace(kube_api: Any) -> str:
     return create_namespace(kube_api, f"sb-test-{uuid.uuid4().hex[:6]}")
 

@@ -5,7 +5,7 @@ modules can import helpers without going through a ``conftest`` module name, whi
 test directory shares.
 
 The control plane is real: etcd + kube-apiserver + kube-controller-manager v1.20.2 built
-from Debian's source package by ``scripts/kube-binaries.sh`` (FIELD-NOTES.md). There is no
+from Debian's source package by ``scripts/kube-binaries.sh`` (docs/development.md). There is no
 scheduler and no kubelet: ``Kubelet`` patches Pod status the way a kubelet would, and the
 real Job controller and garbage collector react to it.
 """

@@ -127,7 +127,7 @@ def test_a_spec_with_a_vllm_backend_beside_endpoints_keeps_its_gpu(k8s, make_run
             "SERVEBENCH_ENDPOINT_KEY_SECRETS",
         ),
         (
-            lambda s: s["backends"][0].update(api_key={"env": "HF_TOKEN"}),
+            lambda s: s["backends"][0].update(api_key={"env": "PROD_ENDPOINT_API_KEY"}),
             "spec.backends.0.api_key.env",
             "use api_key.secret",
         ),

@@ -46,7 +46,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"k8s-e2e: phase '{name}' took {seconds:.0f} s")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def images(need: Callable[..., None]) -> dict[str, str]:
     lacking = e2e_cluster.missing()
     need(not lacking, f"a one-node test cluster ({', '.join(lacking)} missing)", e2e_cluster.HOW)
@@ -61,8 +61,10 @@ def images(need: Callable[..., None]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in result.stdout.split() if "=" in line)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(images: dict[str, str]) -> Iterator[Cluster]:
+    """The one-node cluster; package scope, so its API server, kubelet and containerd stop
+    when this directory's last test ends, not with the whole session."""
     try:
         c = Cluster.start(images["PAUSE_IMAGE"])
     except RuntimeError as exc:
@@ -88,7 +90,7 @@ def _database(url: str) -> tuple[str, str]:
     return parts._replace(path="/postgres").geturl(), parts._replace(path=f"/{name}").geturl()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def database_url(need: Callable[..., None]) -> Iterator[str]:
     """A database of its own on this machine's PostgreSQL (TCP, so host-network Pods reach
     it); dropped at the end."""
@@ -132,7 +134,7 @@ def _hostpath_pv(name: str, path: Path, size: str, mode: str, claim: str) -> dic
     }  # fmt: skip
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def release(
     cluster: Cluster, images: dict[str, str], database_url: str, redis_url: str, tiny_model: Path
 ) -> Release:
@@ -213,7 +215,7 @@ def release(
 # --------------------------------------------------------------------------- the portal
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def portal(cluster: Cluster, release: Release) -> Portal:
     """A CI token made the way NOTES.txt says: manage.py commands in the web Pod."""
     web = f"deploy/{RELEASE}-web"

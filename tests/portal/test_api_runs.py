@@ -307,3 +307,16 @@ def test_filter_choices_are_what_the_user_can_see_and_cached(
     from django.contrib.auth.models import AnonymousUser
 
     assert filter_choices(AnonymousUser())["model"] == ["org/tiny-model"]
+
+
+def test_a_spec_reads_back_with_whole_numbers_as_integers(personas, spec_dict):
+    # Stored as the model dumps it (a sweep's values are floats); shown as it was written.
+    owner = personas["owner"].client
+    created = owner.post(RUNS, {"spec": spec_dict()}, content_type="application/json").json()
+    detail = owner.get(f"{RUNS}{created['id']}/").json()
+    values = detail["spec"]["sweeps"][0]["values"]
+    assert values and all(type(v) is int for v in values), values
+    as_json = owner.get(f"{RUNS}{created['id']}/spec?format=json").json()
+    assert as_json["sweeps"][0]["values"] == values
+    as_yaml = owner.get(f"{RUNS}{created['id']}/spec").content.decode()
+    assert f"- {values[0]}\n" in as_yaml and ".0\n" not in as_yaml

@@ -54,7 +54,7 @@ INVALID_SPECS = [
         _with("backends", [{"kind": "vllm", "name": f"v{i}"} for i in range(50)]),
         "spec.backends",
     ),
-    ("unknown backend kind", _with("backends", [{"kind": "tgi"}]), "spec.backends.0"),
+    ("unknown backend kind", _with("backends", [{"kind": "tgi"}]), "spec.backends.0.kind"),
     (
         "shell in vllm extra args",
         _with("backends", [{"kind": "vllm", "extra_args": ["--x;reboot"]}]),

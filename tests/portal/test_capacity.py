@@ -154,6 +154,20 @@ def test_the_decode_roofline_fraction() -> None:
     assert plan.best_roofline.x == 64  # a bigger batch reads more KV per step
 
 
+def test_the_roofline_uses_the_batch_the_server_measured_not_the_clients_concurrency():
+    """At concurrency 64 the server ran 41.5 requests on average (the client's ramp, the
+    tail): that is the batch each decode step read, and the point says it was measured."""
+    points = curve(tpot_ms=10.0)
+    points[2]["running_batch"] = 41.5
+    plan = cap.plan(spec(), env(), points)
+    assumed, measured = plan.roofline[1], plan.roofline[2]
+    assert (assumed.batch, assumed.batch_source) == (8, "assumed")
+    assert (measured.batch, measured.batch_source) == (41.5, "measured")
+    step = plan.weights_bytes + 41.5 * (1024 + 64) * 131_072
+    assert measured.bytes_per_step == pytest.approx(step)
+    assert measured.fraction == pytest.approx(step / 0.010 / 3350e9)
+
+
 @pytest.mark.parametrize(
     ("environment", "note"),
     [

@@ -7,6 +7,7 @@ import json
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from portal.accounts.models import ApiToken
 from portal.accounts.tokens import verify_token
@@ -30,8 +31,15 @@ def test_createdemo_is_idempotent_and_prints_working_credentials(dev, capsys, cl
     assert first["username"] == second["username"] == "demo"
     assert first["password"] == second["password"]  # stable across restarts
     assert client.login(username="demo", password=second["password"])
-    assert verify_token(first["token"]) is None  # the previous quickstart token is revoked
+    # A restart keeps the token the first one printed (a shell may have exported it).
+    assert second["token"] == first["token"] and second["kept"] and not first["kept"]
     assert verify_token(second["token"]).user.username == "demo"
+    assert ApiToken.objects.filter(revoked_at__isnull=True).count() == 1
+    # Revoked meanwhile (on the tokens page): the next start issues a new one, and says so.
+    ApiToken.objects.update(revoked_at=timezone.now())
+    call_command("createdemo")
+    out = capsys.readouterr().out
+    assert "API token (new): sb_ci_" in out and first["token"] not in out
     assert ApiToken.objects.filter(revoked_at__isnull=True).count() == 1
 
 

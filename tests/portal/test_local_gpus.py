@@ -49,3 +49,16 @@ def test_the_local_executor_offers_the_gpus_a_run_records(
 def test_the_setting_wins_over_the_machine(settings: Any) -> None:
     settings.SERVEBENCH_LOCAL_GPUS = 0
     assert preflight.local_gpus(nvmlreplay.Replay(machine())) == 0
+
+
+@pytest.mark.parametrize(("slots", "offered"), [(1, 8), (2, 4), (3, 2), (8, 1), (9, 0)])
+def test_with_slots_a_run_is_offered_its_slots_share(
+    slots: int, offered: int, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight GPUs shared by ``slots`` concurrent runs: each gets the same whole number
+    (runners.placement deals them out); more slots than GPUs offers none."""
+    settings.SERVEBENCH_LOCAL_GPUS = None
+    settings.SERVEBENCH_LOCAL_SLOTS = slots
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    eight = nvmlreplay.recording("nvml-8xh100-topology.json")
+    assert preflight.local_gpus(nvmlreplay.Replay(eight)) == offered

@@ -103,18 +103,21 @@ def test_a_hub_model_it_cannot_fetch_is_queued_with_a_warning(
     assert "warnings" not in post(owner, {"spec": spec_dict(model={"id": "org/gone"})}).json()
 
 
-def test_a_missing_local_model_directory_is_warned_about(
+def test_a_missing_local_model_directory_or_dataset_is_refused(
     personas: dict[str, Any], spec_dict: Any, settings: Any, tmp_path: Path
 ) -> None:
+    # The local executor runs here: a path missing here can only fail, minutes later.
     settings.SERVEBENCH_EXECUTOR = "local"
     settings.SERVEBENCH_MODEL_ROOTS = [str(tmp_path)]
     owner = personas["owner"].client
     missing = post(owner, {"spec": spec_dict(model={"id": str(tmp_path / "nope")})})
-    assert missing.status_code == 201
-    assert missing.json()["warnings"][0]["message"].startswith("there is no directory")
+    assert missing.status_code == 400
+    error = missing.json()["error"]
+    assert error["field"] == "spec.model.id"
+    assert "there is no directory" in error["message"] and "check the path" in error["message"]
     (tmp_path / "there").mkdir()
     present = post(owner, {"spec": spec_dict(model={"id": str(tmp_path / "there")})})
-    assert "warnings" not in present.json()
+    assert present.status_code == 201 and "warnings" not in present.json()
 
 
 def test_local_gpus_follow_the_setting_and_cuda_visible_devices(

@@ -192,8 +192,10 @@ def test_run_figures_lists_the_charts_of_each_sweep(results):
     charts = figures.run_figures(results)
     assert [f["id"] for f in charts.items] == [
         "concurrency-output", "concurrency-pareto", "concurrency-ttft", "concurrency-server",
-        "prompt-length-output", "prompt-length-ttft",
+        "prompt-length-output",
     ]  # fmt: skip
+    # One point per backend in prompt-length: no curves through one dot; the bars against
+    # the baselines stay, and the page says where its numbers are.
     first = charts.items[0]
     assert first["title"] == "Output tokens/s (concurrency)" and set(first["figure"]) == {
         "data",
@@ -202,6 +204,14 @@ def test_run_figures_lists_the_charts_of_each_sweep(results):
     groups = charts.by_sweep()
     assert [g["sweep"] for g in groups] == ["concurrency", "prompt-length"]
     assert "time per output token" in " ".join(groups[0]["missing"])
+    assert "One point per backend here, so no curves" in " ".join(groups[1]["missing"])
+
+
+def test_a_single_point_without_baselines_draws_no_chart():
+    rows = [m("prod", "endpoint", "single", "", 0, 0, 10.0)]
+    charts = figures.run_figures(pts.RunResults(pts.aggregate(rows)))
+    assert charts.items == []
+    assert "in the summary table" in charts.by_sweep()[0]["missing"][0]
 
 
 def test_a_chart_of_zeros_is_not_drawn_and_the_page_says_why():
@@ -261,7 +271,7 @@ def test_the_summary_shows_key_columns_first_and_the_rest_on_demand(results):
 
 def test_user_strings_are_escaped_for_plotly():
     assert figures.esc('<a href="javascript:x">x</a>') == '&lt;a href="javascript:x"&gt;x&lt;/a&gt;'
-    rows = [m("<b>x</b>", "vllm", "<i>s</i>", "max_concurrency", 1, 0, 10.0)]
+    rows = [m("<b>x</b>", "vllm", "<i>s</i>", "max_concurrency", c, 0, 10.0) for c in (1, 2)]
     charts = figures.run_figures(pts.RunResults(pts.aggregate(rows)))
     fig = charts.items[0]
     assert fig["title"] == "Output tokens/s (<i>s</i>)"  # plain text: the page escapes it

@@ -127,6 +127,25 @@ def test_capacity_panel_does_the_kv_arithmetic_from_the_captured_config(make_use
     assert 'id="roofline"' in html and "of NVIDIA H100 SXM" in html
 
 
+def test_the_roofline_is_an_estimate_from_the_batch_the_server_ran(make_user: Any) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16], running=0.75)
+    page = signed_in(run.owner).get(run.get_absolute_url())
+    plan = page.context["capacity"]
+    assert [(r.batch, r.batch_source) for r in plan.roofline] == [
+        (1.0, "measured"),  # 0.75 running on average: at least the one in flight
+        (3.0, "measured"),
+        (12.0, "measured"),
+    ]
+    html = page.content.decode()
+    assert "Decode vs HBM roofline (estimate)" in html and "estimate: up to" in html
+    assert "batch 12 measured" in html or "batch 3 measured" in html or "batch 1 measured" in html
+    assert "measured (mean requests running)" in html
+    plain = webdata.make_sweep_run(make_user("other"), [1, 4, 16])
+    page = signed_in(plain.owner).get(plain.get_absolute_url())
+    assert [r.batch_source for r in page.context["capacity"].roofline] == ["assumed"] * 3
+    assert "assumed (min of concurrency, prompts)" in page.content.decode()
+
+
 def test_on_cpu_the_roofline_says_not_applicable(make_user: Any) -> None:
     config = {
         "num_hidden_layers": 2,

@@ -162,6 +162,7 @@ def vllm_measurement(
     output_len: int = 32,
     concurrency: int | None = None,
     backend: str = "vllm",
+    running_mean: float | None = None,
 ) -> rr.Measurement:
     metrics, raw, detail = split_result(data)
     label = str(int(value)) if float(value).is_integer() else str(value)
@@ -182,7 +183,10 @@ def vllm_measurement(
         status="succeeded",
         metrics=metrics,
         server_metrics=rr.ServerMetrics(
-            preemptions=preemptions, kv_cache_usage_peak=kv_peak, samples=4
+            preemptions=preemptions,
+            kv_cache_usage_peak=kv_peak,
+            samples=4,
+            num_requests_running_mean=running_mean,
         ),
         gpu_memory_peak_bytes=gpu_peak,
         commands={
@@ -243,9 +247,11 @@ def make_sweep_run(
     public: bool = False,
     finish: bool = True,
     spec: dict[str, Any] | None = None,
+    running: float | None = None,
 ) -> Run:
     """A run through the real services: environment, HF baseline, every sweep point and
-    repeat, then ``finished``."""
+    repeat, then ``finished``. ``running``: the server's mean running batch as a share of
+    each point's concurrency (none reported by default)."""
     rng = random.Random(seed)
     spec = spec or sweep_spec(
         concurrency,
@@ -271,7 +277,7 @@ def make_sweep_run(
                 run,
                 vllm_measurement(
                     "concurrency", "max_concurrency", c, data, repeat=r, preemptions=pre,
-                    kv_peak=kv,
+                    kv_peak=kv, running_mean=running * c if running else None,
                 ),
             )  # fmt: skip
         for length in prompt_lengths or []:
@@ -301,11 +307,17 @@ def make_sweep_run(
 BASELINES_CONCURRENCY = [1, 4]
 
 
-def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | None = None) -> Run:
+def make_baselines_run(
+    owner: Any,
+    single: tuple[tuple[str, str, float], ...] | None = None,
+    eager: bool = False,
+) -> Run:
     """A finished run with every Hugging Face baseline beside vLLM: hf-sequential (40
     tok/s) and hf-static-cache (80) at their own point; hf-batched (50 x c) and
     transformers serve "ts-cb" (100 x c) at each concurrency, stored through the real
-    ingestion service. ``single``: other single-point baselines, (name, kind, tok/s)."""
+    ingestion service. ``single``: other single-point baselines, (name, kind, tok/s).
+    ``eager``: a second vLLM configuration, "vllm-eager" (enforce_eager), at half of
+    vLLM's output tok/s at each concurrency."""
     single = single or (
         ("hf-sequential", "hf-sequential", 40.0),
         ("hf-static-cache", "hf-static-cache", 80.0),
@@ -320,6 +332,7 @@ def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | 
         {"kind": "hf-batched"},
         {"kind": "transformers-serve", "name": "ts-cb", "cb_num_blocks": 64},
         {"kind": "vllm"},
+        *([{"kind": "vllm", "name": "vllm-eager", "enforce_eager": True}] if eager else []),
     ]
     run = intake.create_run(owner, spec, "baselines")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
@@ -333,6 +346,10 @@ def make_baselines_run(owner: Any, single: tuple[tuple[str, str, float], ...] | 
     for c in BASELINES_CONCURRENCY:
         m = vllm_measurement("concurrency", "max_concurrency", c, scaled_point(base, c, rng))
         ingestion.ingest_measurement(run, m)
+        if eager:
+            half = m.metrics["output_throughput"] / 2
+            update = {"backend": "vllm-eager", "metrics": {**m.metrics, "output_throughput": half}}
+            ingestion.ingest_measurement(run, m.model_copy(update=update))
         for backend, kind, per_request in (
             ("hf-batched", "hf-batched", 50.0),
             ("ts-cb", "transformers-serve", 100.0),

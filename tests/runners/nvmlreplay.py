@@ -10,8 +10,10 @@ after the last sample the last one is served. Errors are pynvml's real exception
 A device may also list its MIG devices (``"mig": [{"uuid", "gpu_instance_id",
 "compute_instance_id", "name", "memory_total_bytes"}]``: MIG mode on) and the facts the
 environment records (``compute_capability`` as [major, minor], ``memory_bus_width_bits``,
-``memory_clock_max_mhz``); without them NVML answers NOT_SUPPORTED, as an older board's
-does. ``cuda_driver_version`` (NVML's integer, 12040 for 12.4) sits beside ``driver``.
+``memory_clock_max_mhz``, ``cpu_affinity`` as a CPU list like "0-55,112-167": the cores
+``nvidia-smi topo -m`` calls the GPU's CPU affinity); without them NVML answers
+NOT_SUPPORTED, as an older board's does. ``cuda_driver_version`` (NVML's integer, 12040
+for 12.4) sits beside ``driver``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+
+from runners.conditions import parse_cpu_list
 
 DATA = Path(__file__).parent / "data"
 
@@ -136,6 +140,11 @@ class Replay:
 
     def nvmlDeviceGetComputeInstanceId(self, handle: tuple[int, int]) -> int:
         return self._mig(handle, "compute_instance_id")
+
+    def nvmlDeviceGetCpuAffinity(self, handle: int, words: int) -> list[int]:
+        """The device's ``cpu_affinity`` ("0-55,112-167") as NVML's 64-bit mask words."""
+        cpus = parse_cpu_list(self._fact(handle, "cpu_affinity"))
+        return [sum(1 << (c - 64 * w) for c in cpus if c // 64 == w) for w in range(words)]
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         return int(self._device(handle)["power_limit_w"] * 1000)

@@ -138,3 +138,51 @@ def test_the_headline_names_the_first_cause_the_next_step_and_the_count(tmp_path
     )
     mixed = causes.headline([("a", "OOM"), ("b", "ValueError: bad")], 2)
     assert "2 different causes, listed below" in mixed
+
+
+# The vLLM server's log for a local model directory that does not exist: its arguments
+# (max_model_len among them) are printed before the error.
+SERVER_LOG_NO_DIR = """\
+(APIServer pid=7) INFO 11-30 13:55:54 [api_utils.py:286] non-default args: {'model': \
+'/models/gone', 'max_model_len': 512, 'port': 53151}
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/models/gone'. \
+Use `repo_type` argument if needed.
+"""
+
+
+def test_a_missing_model_directory_is_named_not_a_context_too_long(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(SERVER_LOG_NO_DIR)
+    error = (
+        f"vLLM server exited with code 1 before it was ready. Last lines of its log ({log}):\n"
+        + SERVER_LOG_NO_DIR[-200:]
+    )
+    reason = causes.headline([("vllm", error)], 1, logs=True)
+    assert "Next: the model's path does not exist" in reason
+    assert "context" not in reason
+    # A real context overflow still says so.
+    too_long = "ValueError: This model's maximum context length is 512 tokens."
+    assert "exceed the model's context" in (causes.advice(too_long) or "")
+
+
+def test_an_empty_log_is_said_to_be_empty(tmp_path: Path) -> None:
+    from runners import procs
+
+    empty = tmp_path / "hf.log"
+    empty.write_text("")
+    section = procs.log_section(empty, procs.tail(empty))
+    assert section == f"Its log ({empty}) is empty: it failed before writing anything."
+    assert procs.log_section(tmp_path / "absent.log", procs.tail(tmp_path / "absent.log"))
+    assert procs.log_section(None, "") == "It left no log."
+
+
+def test_a_log_without_an_exception_never_leaves_an_empty_heading() -> None:
+    text = (
+        "the HF baseline exited with code 137. Last lines of its log (/work/hf.log):\n"
+        "loading weights\nKilled\n"
+    )
+    cause = causes.first_cause(text)
+    assert cause == "the HF baseline exited with code 137; the last line of its log: Killed"
+    assert "Last lines of" not in causes.headline([("hf-sequential", text)], 1)

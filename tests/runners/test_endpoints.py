@@ -43,7 +43,7 @@ from runners.vllm_server import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm")]
 
 KEY = "sk-test-deployment-7f3a9c"  # the test server's own key
-KEY_ENV = "SERVEBENCH_TEST_DEPLOYMENT_BEARER"
+KEY_ENV = "DEPLOYMENT_TEST_BEARER"
 SERVED = "tiny-prod"
 MAX_SEQS = 4
 
@@ -194,7 +194,7 @@ def test_a_deployment_beside_a_server_of_the_runners_own(deployment, key_env, tm
 
 
 def test_what_keeps_an_endpoint_from_being_measured_is_said(deployment, tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVEBENCH_TEST_WRONG_BEARER", "sk-wrong")
+    monkeypatch.setenv("WRONG_TEST_BEARER", "sk-wrong")
     monkeypatch.delenv(KEY_ENV, raising=False)
     closed = f"http://127.0.0.1:{free_port()}"
     code, document = run(
@@ -203,7 +203,7 @@ def test_what_keeps_an_endpoint_from_being_measured_is_said(deployment, tmp_path
             "workload": {"input_len": 16, "output_len": 4, "num_prompts": 2, "num_warmups": 0},
             "backends": [
                 deployment.endpoint("no-key"),
-                deployment.endpoint("wrong-key", api_key={"env": "SERVEBENCH_TEST_WRONG_BEARER"}),
+                deployment.endpoint("wrong-key", api_key={"env": "WRONG_TEST_BEARER"}),
                 deployment.endpoint("gone", base_url=closed, api_key=None),
             ],
         },

@@ -1,5 +1,6 @@
-"""``python -m runners gpu-check`` on this GPU-less machine (it must say so and run what it
-can on the CPU), and its NVML and roofline checks on a recorded session."""
+"""``python -m runners gpu-check`` on the hardware found (no NVML: it must say so and run
+what it can on the CPU; an NVIDIA GPU: NVML read, the baseline on CUDA, energy measured),
+and its NVML and roofline checks on a recorded session."""
 
 from __future__ import annotations
 
@@ -11,27 +12,19 @@ from pathlib import Path
 import pytest
 from nvmlreplay import Replay, recording
 
-from runners import gpucheck, nvml, roofline
+from runners import gpucheck, roofline
 
 
-@pytest.fixture
-def no_nvml(need) -> None:
-    """What gpu-check does where NVML cannot be read: this project's CPU machines."""
-    with nvml.Sampler() as sampler:
-        pass
-    need(not sampler.available, "a machine without NVML", "run it where no NVIDIA GPU is")
-
-
-def test_on_a_machine_without_nvml_it_says_so_and_runs_the_rest_on_the_cpu(
-    no_nvml: None, tiny_model: Path, tmp_path: Path
+def test_it_reports_the_hardware_it_finds_and_runs_the_baseline_there(
+    hardware, tiny_model: Path, tmp_path: Path
 ) -> None:
+    """Without NVML (this project's CPU machines) it says so and runs the baseline on the
+    CPU; on an NVIDIA machine it reads the GPUs, runs on CUDA and measures energy."""
     out = tmp_path / "check.json"
     argv = [sys.executable, "-m", "runners", "gpu-check", "--shape", "tiny", "--out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("nvml         skipped  not measured (no NVML): ")
-    assert any("no CUDA GPU: the baseline runs on the CPU" in line for line in lines)
     assert lines[-1].startswith("gpu-check passed in ")
     report = json.loads(out.read_text())
     checks = {c["name"]: c for c in report["checks"]}
@@ -42,23 +35,46 @@ def test_on_a_machine_without_nvml_it_says_so_and_runs_the_rest_on_the_cpu(
         "roofline",
     ]
     assert checks["environment"]["status"] == "ok"
-    assert checks["environment"]["details"]["environment"]["gpu"]["count"] == 0
+    environment = checks["environment"]["details"]["environment"]
+    assert environment["gpu"]["count"] == len(hardware.gpus)
     hf = checks["hf-baseline"]
-    assert hf["status"] == "ok" and hf["details"]["raw"]["device"] == "cpu"
-    assert hf["details"]["metrics"]["completed"] == gpucheck.WORKLOAD["cpu"][2]
-    assert "energy not measured (no NVML)" in hf["summary"]
-    assert hf["details"]["derived"] == {}
-    assert checks["roofline"] == {
-        "name": "roofline",
-        "status": "skipped",
-        "summary": "n/a on CPU: the roofline is for GPUs",
-        "details": {},
-    }
+    assert hf["status"] == "ok"
+    if not hardware.nvidia:
+        assert lines[0].startswith("nvml         skipped  not measured (no NVML): ")
+        assert any("no CUDA GPU: the baseline runs on the CPU" in line for line in lines)
+        assert hf["details"]["raw"]["device"] == "cpu"
+        assert hf["details"]["metrics"]["completed"] == gpucheck.WORKLOAD["cpu"][2]
+        assert "energy not measured (no NVML)" in hf["summary"]
+        assert hf["details"]["derived"] == {}
+        assert checks["roofline"] == {
+            "name": "roofline",
+            "status": "skipped",
+            "summary": "n/a on CPU: the roofline is for GPUs",
+            "details": {},
+        }
+        return
+    assert lines[0].startswith(f"nvml         ok       {len(hardware.gpus)} GPU(s): ")
+    assert environment["gpu"]["model"] == " + ".join(sorted(set(hardware.gpus)))
+    assert hf["details"]["raw"]["device"].startswith("cuda")
+    assert hf["details"]["metrics"]["completed"] == gpucheck.WORKLOAD["gpu"][2]
+    derived = hf["details"]["derived"]
+    assert derived["energy_per_output_token_j"] > 0 and derived["avg_power_w"] > 0
+    assert " J per output token at " in hf["summary"]
+    if roofline.lookup_gpu(hardware.gpus[0]) is None:
+        assert checks["roofline"]["status"] == "skipped"
+        assert "not in the bandwidth table" in checks["roofline"]["summary"]
+    else:
+        assert checks["roofline"]["status"] == "ok"
+        assert 0 < checks["roofline"]["details"]["fraction"] < 1
 
 
-def test_require_gpu_fails_at_once_where_there_is_none(no_nvml: None) -> None:
+def test_require_gpu_fails_at_once_where_there_is_none(hardware) -> None:
     argv = [sys.executable, "-m", "runners", "gpu-check", "--shape", "tiny", "--require-gpu"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if hardware.cuda:
+        assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+        assert "hf-baseline  ok" in done.stdout
+        return
     assert done.returncode == 1, done.stderr[-2000:]
     assert "hf-baseline" not in done.stdout
     assert "gpu          failed   --require-gpu: PyTorch sees no CUDA GPU" in done.stdout
@@ -93,12 +109,36 @@ def test_the_nvml_check_lists_the_gpus_and_what_they_do_not_answer():
     for sample in data["samples"]:
         sample["gpus"][0]["energy_mj"] = None
         sample["gpus"][1]["clock_reasons"] = None
+    # No energy counter (a pre-Volta board): power is integrated instead, as documented.
     check = gpucheck.check_nvml(Replay(data))
-    assert check.status == "failed" and check.details["unsupported"] == [
+    assert check.status == "ok" and check.details["unsupported"] == [
         "clock_reasons",
         "energy_mj",
     ]
-    assert "J per token cannot be measured" in check.summary
+    assert check.summary.endswith("(no energy counter: energy is integrated from power samples)")
+    for sample in data["samples"]:
+        sample["gpus"][0]["power_mw"] = None
+    check = gpucheck.check_nvml(Replay(data))
+    assert check.status == "failed"
+    assert "GPU 0: no power or energy reading: J per token cannot be measured" in check.summary
+
+
+def test_without_an_energy_counter_the_baseline_integrates_power(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    data = recording()
+    for sample in data["samples"]:
+        for gpu in sample["gpus"]:
+            gpu["energy_mj"] = None
+    cores = gpucheck.conditions.own_cores()
+    check = gpucheck.check_hf(
+        tiny_model, tiny_model, gpucheck.WORKLOAD["cpu"], tmp_path, cores, lib=Replay(data)
+    )
+    assert check.status == "ok", check.summary
+    assert check.details["summary"]["energy_source"] == "power integral"
+    assert check.details["derived"]["energy_per_output_token_j"] > 0
+    assert "J per output token at" in check.summary
+    assert check.summary.endswith("(energy from the power integral)")
 
 
 def test_the_roofline_is_bytes_per_decode_step_over_tpot_against_hbm(tiny_model: Path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,7 +122,7 @@ def wait_scrapes(server, n: int) -> None:
         time.sleep(0.01)
 
 
-def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server):
+def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server, hardware):
     with PointWatcher(metrics_server.url, interval_s=0.05) as watcher:
         wait_scrapes(metrics_server, 6)
     result = watcher.result()
@@ -134,7 +135,10 @@ def test_a_point_gets_counter_deltas_and_sampled_peaks(metrics_server):
     assert result.prefix_cache_hit_rate == pytest.approx(0.1)
     assert result.kv_cache_usage_peak == 0.9
     assert result.num_requests_running_peak == n - 1
-    assert watcher.gpu_peak is None  # no NVIDIA driver here: nothing to sample
+    if hardware.nvidia:  # the GPUs this process sees were sampled: their memory in use
+        assert isinstance(watcher.gpu_peak, int) and watcher.gpu_peak >= 0
+    else:  # no NVIDIA driver: nothing to sample
+        assert watcher.gpu_peak is None
 
 
 def test_an_unreachable_server_gives_empty_metrics_not_an_error():
@@ -154,6 +158,11 @@ def test_the_time_series_keeps_every_sample_with_counters_since_the_start(metric
     assert len(series["t"]) == samples + 1 and series["interval_s"] == 0.02
     assert series["t"] == sorted(series["t"]) and series["t"][0] >= 0
     assert series["running"] == [float(n) for n in range(1, samples + 2)]
+    # The batch decode had: the mean over the point's samples (the scrape before the
+    # point is not one of them).
+    assert watcher.result().num_requests_running_mean == pytest.approx(
+        statistics.fmean(series["running"][1:])
+    )
     assert series["preemptions"] == [float(n) for n in range(samples + 1)]
     assert series["prefix_cache_queries"][-1] == 100 * samples
     assert series["kv_cache_usage"][1] == 0.9  # the second scrape's spike is kept

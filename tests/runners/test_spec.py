@@ -31,7 +31,13 @@ def sweep(**kw):
 BAD_SPECS = [
     ({}, "model", "Field required"),
     ({"model": M, "extra": 1}, "extra", "unknown field"),
-    ({"model": {**M, "dtype": "int4"}}, "model.dtype", "Input should be 'auto'"),
+    ({"model": {**M, "dtype": "int4"}}, "model.dtype", "'int4' is not one of the choices: auto"),
+    ({"model": {**M, "dtype": "bfloat61"}}, "model.dtype", "did you mean 'bfloat16'?"),
+    (
+        {"model": M, "backends": [{"kind": "hf-sequentail"}]},
+        "backends.0.kind",
+        "'hf-sequentail': did you mean 'hf-sequential'? The choices: hf-sequential, hf-static",
+    ),
     ({"model": {"id": "Qwen/Qwen3 0.6B"}}, "model.id", UNSAFE),
     ({"model": {"id": "$(rm -rf /)"}}, "model.id", UNSAFE),
     ({"model": {"id": "m;reboot"}}, "model.id", UNSAFE),
@@ -55,7 +61,7 @@ BAD_SPECS = [
     (
         {"model": M, "workload": {"dataset": "c4"}},
         "workload.dataset",
-        "'sharegpt', 'prefix_repetition' or 'custom'",
+        "'c4' is not one of the choices: random, sharegpt, prefix_repetition, custom",
     ),
     (
         {"model": M, "workload": {"dataset": "sharegpt"}},
@@ -85,7 +91,7 @@ BAD_SPECS = [
         "sweeps.0.values",
         "point p:input_len=4000: prefix_len + input_len + output_len = 4128 exceeds",
     ),
-    ({"model": M, "sweeps": [sweep(axis="temperature")]}, "sweeps.0.axis", "'max_concurrency'"),
+    ({"model": M, "sweeps": [sweep(axis="temperature")]}, "sweeps.0.axis", "choices: max_"),
     ({"model": M, "sweeps": [sweep(values=[])]}, "sweeps.0.values", "at least 1 item"),
     ({"model": M, "sweeps": [sweep(values=[1, 1])]}, "sweeps.0.values", "must be unique"),
     ({"model": M, "sweeps": [sweep(values=[1.5])]}, "sweeps.0.values", "must be whole numbers"),
@@ -109,7 +115,7 @@ BAD_SPECS = [
         "'baseline' is reserved",
     ),
     ({"model": M, "backends": []}, "backends", "at least 1 item"),
-    ({"model": M, "backends": [{"kind": "tgi"}]}, "backends.0", "Input tag 'tgi'"),
+    ({"model": M, "backends": [{"kind": "tgi"}]}, "backends.0.kind", "'tgi' is not one of"),
     (
         {"model": M, "backends": [VLLM, VLLM]},
         "backends.1.name",
@@ -123,7 +129,7 @@ BAD_SPECS = [
     (
         {"model": M, "backends": [{**VLLM, "kv_cache_dtype": "int3"}]},
         "backends.0.kv_cache_dtype",
-        "Input should be 'auto'",
+        "'int3' is not one of the choices: auto, fp8",
     ),
     ({"model": M, "backends": [{**VLLM, "unknown": 1}]}, "backends.0.unknown", "unknown field"),
     (
@@ -266,7 +272,7 @@ def test_run_without_a_spec_or_token_is_a_usage_error(capsys, monkeypatch):
     assert main(["run", "--preset", "nope"]) == 2
     assert main(["run", "--preset", "seed", "--report", "http://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
-    assert "unknown preset 'nope'; known: seed" in err
+    assert "unknown preset 'nope' is not one of the choices: " in err
     assert "--report needs a run token: set SERVEBENCH_RUN_TOKEN" in err
 
 

@@ -1,4 +1,4 @@
-"""The tiny test model: the FIELD-NOTES recipe, offline, deterministic."""
+"""The tiny test model: the recipe in docs/development.md, offline, deterministic."""
 
 from __future__ import annotations
 

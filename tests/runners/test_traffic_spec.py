@@ -15,7 +15,7 @@ import pytest
 
 from runners import endpoint
 from runners.bench_client import openai_only
-from runners.fingerprint import fingerprint
+from runners.fingerprint import FINGERPRINT_VERSION, configuration_fingerprint, fingerprint
 from runners.spec import SpecError, parse_spec
 from runners.vllm_bench import bench_command, bench_flags, request_facts
 from runners.vllm_server import serve_flags
@@ -58,7 +58,9 @@ def serve_parser(have_vllm):
 def test_existing_specs_keep_their_fingerprints():
     """Fields added for endpoints, traffic, LoRA and the SLA search stay out of the dumps
     (and so out of every stored fingerprint) until a spec sets them. These hashes are
-    those of the code before they existed; a deliberate change bumps FINGERPRINT_VERSION."""
+    those of FINGERPRINT_VERSION 3 (the measurement identity of issue 23, whose migration
+    recomputed stored runs); a deliberate change bumps the version and re-pins them here."""
+    assert FINGERPRINT_VERSION == 3
     plain = parse_spec({"model": {"id": "Qwen/Qwen3-0.6B"}})
     mixed = parse_spec(
         {
@@ -75,16 +77,25 @@ def test_existing_specs_keep_their_fingerprints():
             ],
         }
     )
-    assert fingerprint(plain) == "906dc5f10ff4a7a0282dd001fe34b136f2c71ac12ff69682888ec853deaee564"
-    assert fingerprint(mixed) == "b66593144dad8ccf931a1f80f24342c8a1fc450b0ce768021f266fc6d05e761d"
+    assert fingerprint(plain) == "791062373d7672cba0d71fd625b2e5a2fd4d0e3b2aa568fd34fabe5eb5a30cd7"
+    assert fingerprint(mixed) == "b8703ebb7dcdf95a09ba4fb24b76087441119db90f817aa5bc957a0926bb0896"
     assert "sla_search" not in plain.model_dump() and "top_k" not in plain.workload.model_dump()
-    # ...and a spec that sets them is another configuration.
+    # The configuration under test (backends, model knobs) is hashed apart; new fields
+    # stay out of it too until set...
+    assert (
+        configuration_fingerprint(plain)
+        == "7405dd92099be1172cedebe4bd56a5aaecadd3119df08bd8fa38fecdb980676d"
+    )
+    assert (
+        configuration_fingerprint(mixed)
+        == "6849ce26ea8195fbc3807b4784f37c5e92ea90b52e4e7b44cbce19b87fb4c84d"
+    )
+    # ...and a spec that sets them is another configuration of the same measurement.
     chat = parse_spec(
         {"model": {"id": "Qwen/Qwen3-0.6B"}, "backends": [{"kind": "vllm", "api": "chat"}]}
     )
-    assert fingerprint(chat) != fingerprint(
-        parse_spec({"model": {"id": "Qwen/Qwen3-0.6B"}, "backends": [{"kind": "vllm"}]})
-    )
+    completions = parse_spec({"model": {"id": "Qwen/Qwen3-0.6B"}, "backends": [{"kind": "vllm"}]})
+    assert configuration_fingerprint(chat) != configuration_fingerprint(completions)
 
 
 def test_a_spec_of_only_endpoints_needs_no_gpu():

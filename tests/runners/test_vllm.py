@@ -262,6 +262,8 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
         # Sampled ten times a second, but a short CPU point may still fall between samples,
         # so only the bounds are certain here (values: against a scripted /metrics).
         assert 0 <= m.server_metrics.num_requests_running_peak <= concurrency
+        running = m.server_metrics.num_requests_running_mean  # the roofline's batch
+        assert running is None or 1 <= running <= m.server_metrics.num_requests_running_peak
         # The cache vLLM allocated: the portal's capacity planning reads it.
         assert m.server_metrics.num_gpu_blocks > 0 and m.server_metrics.block_size > 0
         assert m.telemetry["server"]["t"] and m.telemetry["window"]

@@ -37,7 +37,12 @@ and sweeps the runner's orphans itself. ``namespaces`` requires them (the run fa
 the reason otherwise); ``none`` never uses them.
 
 **Slots** (``SERVEBENCH_LOCAL_SLOTS``, default 1): a benchmark owns the machine, so
-dispatch starts at most that many runners at once (``portal.dispatch.dispatcher``).
+dispatch starts at most that many runners at once (``portal.dispatch.dispatcher``), and
+gives each claimed run a slot index (in its handle). Each slot owns disjoint GPUs and the
+cores nearest them (``runners.placement``, from this host's GPUs and topology as NVML
+says, or the ``host`` given): the runner gets them as ``CUDA_VISIBLE_DEVICES`` and
+``SERVEBENCH_CPUS`` (it pins itself and its children to those cores), and the first
+line of its log says which. With one slot nothing is set: the run owns the machine.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from portal.dispatch.executors.base import (
     Handle,
     report_url,
 )
+from runners import placement
 
 if TYPE_CHECKING:
     from portal.benchmarks.models import Run
@@ -230,6 +236,7 @@ class LocalExecutor(Executor):
         stop_grace_seconds: float | None = None,
         isolation: str | None = None,
         slots: int | None = None,
+        host: placement.Host | None = None,
     ):
         self.python = python or settings.SERVEBENCH_RUNNER_PYTHON
         self.data_dir = Path(data_dir or settings.SERVEBENCH_DATA_DIR)
@@ -240,6 +247,29 @@ class LocalExecutor(Executor):
         )
         self.isolation = isolation or settings.SERVEBENCH_LOCAL_ISOLATION
         self.slots = slots if slots is not None else settings.SERVEBENCH_LOCAL_SLOTS
+        self._host = host
+        self._plan: placement.Plan | None = None
+
+    def placement(self) -> placement.Plan:
+        """Each slot's GPUs and cores on this host (read once); ExecutorError when the
+        slots cannot be given disjoint GPUs (the message says what to change)."""
+        if self._plan is None:
+            host = self._host if self._host is not None else placement.this_host()
+            try:
+                self._plan = placement.plan(
+                    host, self.slots or 1, os.environ.get("CUDA_VISIBLE_DEVICES")
+                )
+            except placement.PlacementError as exc:
+                raise ExecutorError(str(exc)) from None
+        return self._plan
+
+    def slot_of(self, run: Run) -> placement.Slot | None:
+        """The slot a claimed run owns (its handle's index); None without slots."""
+        index = (run.executor_handle or {}).get("slot")
+        if not isinstance(index, int) or not self.slots or self.slots < 2:
+            return None
+        slots = self.placement().slots
+        return slots[index] if 0 <= index < len(slots) else None
 
     def workdir(self, run: Run) -> Path:
         return self.data_dir / "runs" / run.public_id
@@ -277,6 +307,9 @@ class LocalExecutor(Executor):
 
     def submit(self, run: Run, token: str) -> Handle:
         handle = self.handle_for(run)
+        slot = self.slot_of(run)
+        if slot is not None:
+            handle = {**handle, "slot": slot.index}
         current = self.status(handle)
         if current.state != ExecutorState.NOT_STARTED:
             log.info("local executor: the runner was already started (%s)", current.state)
@@ -291,6 +324,10 @@ class LocalExecutor(Executor):
             workdir.mkdir(parents=True, exist_ok=True)
             (workdir / "spec.json").write_text(json.dumps(run.spec, indent=2), encoding="utf-8")
             log_file = (workdir / LOG_NAME).open("ab")
+            if slot is not None:
+                notes = "".join(f"; {n}" for n in self.placement().notes)
+                log_file.write(f"[servebench] {slot.describe()}{notes}\n".encode())
+                log_file.flush()
         except OSError as exc:
             raise ExecutorError(
                 f"cannot prepare the run's work dir {workdir} ({exc.strerror}); "
@@ -305,7 +342,7 @@ class LocalExecutor(Executor):
                 proc = subprocess.Popen(
                     argv,
                     cwd=workdir,
-                    env=runner_environment(token),
+                    env={**runner_environment(token), **(slot.env if slot else {})},
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,

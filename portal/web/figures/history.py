@@ -5,10 +5,16 @@ vertical line marks each run whose software versions changed from the previous o
 Lines are drawn for every change; labels only for the latest ``MAX_LABELS`` and only
 where they do not run into one another (``common.spaced``), so a long history stays
 readable; every change is also in the table under the chart.
+
+The x axis is the runs in submission order, one slot each, labelled with when each was
+submitted (to the minute; the run's id where two share a minute): on a time axis runs
+submitted seconds apart would sit on one x, and a single run would get ticks in
+milliseconds.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from portal.benchmarks.history import History
@@ -20,10 +26,21 @@ MAX_LABELS = 25
 LABEL_ROWS = 4
 
 
+def _slots(points: list[Any]) -> list[str]:
+    """One x label per run, unique, in order: its submission time to the minute, with
+    the run's id when another run shares that minute."""
+    minutes = [p.created_at.strftime("%Y-%m-%d %H:%M") for p in points]
+    shared = {m for m, n in Counter(minutes).items() if n > 1}
+    return [
+        f"{m} · {p.public_id[:8]}" if m in shared else m
+        for m, p in zip(minutes, points, strict=True)
+    ]
+
+
 def history_figure(history: History) -> dict[str, Any]:
     metric = history.metric
     pts = history.points
-    times = [p.created_at.isoformat(timespec="seconds") for p in pts]
+    times = _slots(pts)
     line = trace(
         metric.label,
         times,
@@ -52,11 +69,10 @@ def history_figure(history: History) -> dict[str, Any]:
                 "line": {"color": NOTE_COLOR, "width": 1, "dash": "dot"},
             }
         )
-    span = (pts[-1].created_at - pts[0].created_at).total_seconds() if pts else 0.0
     last_x: list[float | None] = [None] * LABEL_ROWS  # where each row's last label sits
     for n, i in enumerate(changed[-MAX_LABELS:]):
         p = pts[i]
-        at = (p.created_at - pts[0].created_at).total_seconds() / span if span else 0.5
+        at = i / (len(pts) - 1) if len(pts) > 1 else 0.5
         row = n % LABEL_ROWS
         previous = last_x[row]
         if previous is not None and at - previous < 0.18:
@@ -80,10 +96,14 @@ def history_figure(history: History) -> dict[str, Any]:
     label, unit = heading(metric)
     fig_layout = layout("Run submitted", f"{label} ({unit})" if unit else label)
     fig_layout["xaxis"] = {
-        "title": {"text": "Run submitted", "standoff": 6},
-        "type": "date",
+        "title": {"text": "Run submitted (UTC, in order)", "standoff": 6},
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": times,
         "gridcolor": "#e5e7eb",
         "automargin": True,
+        "tickangle": -30,
+        "nticks": 12,
     }
     fig_layout["shapes"] = shapes
     fig_layout["annotations"] = annotations

@@ -154,17 +154,23 @@ def throughput_figure(
             traces.append(
                 reference(name, all_x[0], all_x[-1], value, colour, f"%{{y:,.1f}} {unit}")
             )
-    base = results.reference  # the labels: times this one (baselines[0])
-    ref = base.get(metric) if base is not None else None
-    if base is not None and ref and all_x:
-        labelled = [(x, y) for s in mine for x, y in zip(s.xs(), s.ys(metric), strict=True) if y]
-        for j in spaced(labelled, logx, min_dx=0.07, min_dy=0.08):
-            x, y = labelled[j]
+    # The labels: times the reference (``results.reference_at``: the reference baseline,
+    # or the chosen backend at the same point), each point where it has one.
+    labelled = []
+    for s in mine:
+        for p in s.points:
+            y, base = p.get(metric), results.reference_at(p)
+            ref = base.get(metric) if base is not None else None
+            if y and ref:
+                labelled.append((p.x, y, y / ref))
+    if labelled and all_x:
+        for j in spaced([(x, y) for x, y, _ in labelled], logx, min_dx=0.07, min_dy=0.08):
+            x, y, ratio = labelled[j]
             annotations.append(
                 {
                     "x": ax(x, logx),
                     "y": y,
-                    "text": f"{y / ref:.1f}x",
+                    "text": f"{ratio:.1f}x",
                     "showarrow": False,
                     "yshift": 14,
                     "font": {"size": 11, "color": "#374151"},
@@ -200,7 +206,9 @@ def throughput_figure(
     fig_layout = layout(_xtitle(axis), title, logx, all_x)
     fig_layout["annotations"] = annotations
     fig_layout["shapes"] = shapes
-    note = f"the labels: times {base.backend}" if annotations and ref and base else ""
+    name = results.reference_name
+    where = "" if results.reference_is_baseline else " at the same point"
+    note = f"the labels: times {name}{where}" if labelled and name else ""
     return figure(f"{title} ({sweep})", traces, fig_layout, note)
 
 
@@ -534,6 +542,18 @@ def run_figures(
     out = RunCharts()
     for sweep in results.sweeps():
         mine = _mine(results, sweep)
+        if all(len(s.points) < 2 for s in mine):
+            # One point per backend (a spec without sweeps measures the workload's own
+            # point): a line through one dot says nothing, eight times over. Its numbers
+            # are in the summary table; against the baselines, one bar chart.
+            if results.baselines:
+                out.add(sweep, "output", throughput_figure(sweep, results, plan))
+            out.note(
+                sweep,
+                "One point per backend here, so no curves: its numbers are in the summary "
+                "table below.",
+            )
+            continue
         out.add(sweep, "output", throughput_figure(sweep, results, plan))
         out.add(sweep, "rates", rates_figure(sweep, results))
         if mine and mine[0].axis in pts.LOAD_AXES:

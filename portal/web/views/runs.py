@@ -153,9 +153,13 @@ def run_new(request: HttpRequest) -> HttpResponse:
     else:
         form = RunForm(user=request.user)
         chosen = request.GET.get("preset", "")
-        form.initial_from_preset(
-            chosen if chosen in presets.available() else presets.default_name()
-        )
+        source = _run_to_edit(request)
+        if source is not None:  # "Edit and submit again" on a run that measured nothing
+            form.initial_from_text(rs.dump_spec(rs.parse_spec(source.spec, stored=True)))
+        else:
+            form.initial_from_preset(
+                chosen if chosen in presets.available() else presets.default_name()
+            )
     state = form.state() if form.is_bound else None
     # Each preset's spec text, so choosing one fills the spec at once (then checked).
     texts = {name: preset_yaml(name) for name in presets.available()}
@@ -167,6 +171,21 @@ def run_new(request: HttpRequest) -> HttpResponse:
         "refused": refused,
     }
     return render(request, "web/run_new.html", context, status=refused.status if refused else 200)
+
+
+def _run_to_edit(request: HttpRequest) -> Run | None:
+    """The run named by ``?from=`` when this user may see it and its spec still reads."""
+    public_id = request.GET.get("from", "")
+    if not public_id:
+        return None
+    run = queries.visible_runs(request.user).filter(public_id=public_id[:64]).first()
+    if run is None:
+        return None
+    try:
+        rs.parse_spec(run.spec, stored=True)
+    except rs.SpecError:
+        return None
+    return run
 
 
 @login_required
@@ -185,7 +204,7 @@ def run_new_check(request: HttpRequest) -> JsonResponse:
 @permalink
 def run_detail(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    context = run_page.build(request.user, run)
+    context = run_page.build(request.user, run, request.GET.get("reference"))
     point = context["history_point"]
     if run.fingerprint and point is not None:
         query = urlencode(
@@ -259,13 +278,20 @@ def run_result(request: HttpRequest, public_id: str) -> HttpResponse:
     return response
 
 
+def _results(request: HttpRequest, run: Run) -> Any:
+    """The run's points, their speedups over the reader's ``?reference=`` (as the page)."""
+    results = runview.load(run).results
+    results.chosen_reference = run_page.reference_param(run, request.GET.get("reference"))
+    return results
+
+
 @require_GET
 @permalink
 def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
     """The summary table: one row per backend and point, each metric's mean and std."""
     run = run_or_404(request, public_id)
     response = HttpResponse(
-        tables.as_csv(runview.load(run).results), content_type="text/csv; charset=utf-8"
+        tables.as_csv(_results(request, run)), content_type="text/csv; charset=utf-8"
     )
     response["Content-Disposition"] = f'attachment; filename="servebench-{run.short_id}-points.csv"'
     return response
@@ -275,7 +301,7 @@ def run_points_csv(request: HttpRequest, public_id: str) -> HttpResponse:
 @permalink
 def run_points_json(request: HttpRequest, public_id: str) -> HttpResponse:
     run = run_or_404(request, public_id)
-    body = {"run": run.public_id, "points": tables.records(runview.load(run).results)}
+    body = {"run": run.public_id, "points": tables.records(_results(request, run))}
     response = JsonResponse(body, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = (
         f'attachment; filename="servebench-{run.short_id}-points.json"'

@@ -3,6 +3,8 @@
 Playwright's sync API runs an event loop in the test thread; Django's ORM refuses to run
 inside one unless told that is fine, which it is here (the loop is Playwright's, not ours).
 Screenshots land in ``artifacts/screenshots`` (or SERVEBENCH_SCREENSHOTS) to look at.
+With SERVEBENCH_UPDATE_SCREENSHOT=1, the tests that make the documentation's pictures
+(``Page.docs_shot``) also write them into ``docs/`` (the README's is ``docs/screenshot-run.png``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,19 @@ class Page:
     def shot(self, name: str) -> Path:
         path = screenshot_dir() / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def docs_shot(self, name: str, height: int = 1474) -> Path | None:
+        """With SERVEBENCH_UPDATE_SCREENSHOT=1, the top ``height`` pixels of the page as
+        ``docs/<name>.png`` (a picture the documentation shows); otherwise nothing."""
+        if os.environ.get("SERVEBENCH_UPDATE_SCREENSHOT") != "1":
+            return None
+        path = REPO / "docs" / f"{name}.png"
+        width = self.page.viewport_size["width"]
+        self.page.evaluate("window.scrollTo(0, 0)")
+        self.page.screenshot(
+            path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": height}
+        )
         return path
 
     def sign_in(self, username: str, password: str) -> None:

@@ -90,6 +90,7 @@ def test_the_run_page_draws_every_chart_of_every_sweep(page: Any, make_user: Any
     assert "the cache was driven past its efficient point" in html
     assert page.page.locator("#capacity #kv-per-token").inner_text().startswith("131,072 bytes")
     page.shot("run-results")
+    page.docs_shot("screenshot-run")  # the README's picture, with SERVEBENCH_UPDATE_SCREENSHOT=1
 
     # The budget tool: the most throughput whose p99 TTFT fits.
     page.page.fill("#budget-ms", "100000")
@@ -181,11 +182,11 @@ def test_compare_from_the_list_then_from_its_permalink(page: Any, make_user: Any
     shapes = {c["id"]: c for c in assert_charts_drawn(page)}
     assert shapes["concurrency-output"]["drawn"] == [6, 6, 6, 2, 2, 2]
     assert page.page.locator("#compare-runs tr.baseline-row").inner_text().count("vLLM 0.32.0")
-    # The baseline's row comes first, and its column right after the metric's name.
-    assert "baseline" in page.page.locator("#compare-runs tbody tr").first.inner_text()
+    # The reference's row comes first, and its column right after the metric's name.
+    assert "reference" in page.page.locator("#compare-runs tbody tr").first.inner_text()
     first_column = page.page.locator("#compare-table thead th").nth(1)
     assert runs[2].short_id in first_column.inner_text()
-    assert "baseline" in first_column.inner_text()
+    assert "reference" in first_column.inner_text()
     box = first_column.bounding_box()  # on screen at 1280 px, without scrolling sideways
     assert box is not None and box["x"] + box["width"] <= 1280, box
     legend = page.page.locator("#chart-concurrency-output .legend").text_content()

@@ -2,23 +2,53 @@
 
 The password is stable across calls (``SERVEBENCH_DEMO_PASSWORD``, else generated once
 and kept in ``$SERVEBENCH_HOME/dev/demo-password``, mode 600), so a browser session
-survives a restart of ``make run``. Each call issues a fresh CI token named "quickstart"
-and revokes the demo user's previous one (the plaintext is never stored). For
+survives a restart of ``make run``. The CI token named "quickstart" is kept the same way
+(``$SERVEBENCH_HOME/dev/demo-token``, mode 600, beside the password), so the token an
+earlier ``make run`` printed (and a shell exported) keeps working; a new one is issued,
+and any other quickstart token revoked, only when the kept one no longer verifies. For
 development only: it refuses to run unless DEBUG or SERVEBENCH_QUICKSTART is on.
 """
 
 import json
 import os
 import secrets
+from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from portal.accounts.models import ApiToken
-from portal.accounts.tokens import create_user_token, revoke_token
+from portal.accounts.tokens import create_user_token, revoke_token, verify_token
 
 TOKEN_NAME = "quickstart"  # noqa: S105 - a label, not a secret
+
+
+def _dev_file(name: str) -> Path:
+    return Path(settings.SERVEBENCH_HOME) / "dev" / name
+
+
+def _keep(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
+
+
+def demo_token(user: Any) -> tuple[str, bool]:
+    """(the demo user's quickstart token, whether it is the one kept from before)."""
+    path = _dev_file("demo-token")
+    kept = path.read_text(encoding="utf-8").strip() if path.exists() else ""
+    found = verify_token(kept) if kept else None
+    if found is not None and found.user_id == user.pk and found.name == TOKEN_NAME:
+        return kept, True
+    for old in ApiToken.objects.filter(
+        user=user, kind=ApiToken.Kind.CI, name=TOKEN_NAME, revoked_at__isnull=True
+    ):
+        revoke_token(old)
+    token = create_user_token(user, name=TOKEN_NAME).plaintext
+    _keep(path, token)
+    return token, False
 
 
 def demo_password() -> str:
@@ -60,17 +90,13 @@ class Command(BaseCommand):
             user.set_password(password)
             user.is_active = True
             user.save()
-        for old in ApiToken.objects.filter(
-            user=user, kind=ApiToken.Kind.CI, name=TOKEN_NAME, revoked_at__isnull=True
-        ):
-            revoke_token(old)
-        token = create_user_token(user, name=TOKEN_NAME).plaintext
-        creds = {"username": username, "password": password, "token": token}
+        token, kept = demo_token(user)
+        creds = {"username": username, "password": password, "token": token, "kept": kept}
         if as_json:
             self.stdout.write(json.dumps(creds))
         else:
             self.stdout.write(
                 f"demo user {'created' if created else 'ready'}\n"
                 f"username: {username}\npassword: {password}\n"
-                f"API token (shown once): {token}"
+                f"API token ({'the same as before' if kept else 'new'}): {token}"
             )

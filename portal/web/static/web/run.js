@@ -8,9 +8,37 @@
   const sb = window.servebench;
 
   function setup(live) {
-    sb.drawCharts(live);
-    sb.wire(live);
-    wireBudget(live);
+    withPlotly(live, function () {
+      sb.drawCharts(live);
+      sb.wire(live);
+      wireBudget(live);
+    });
+    wireReference(live);
+  }
+
+  // Choosing the reference reloads the page with ?reference= (the form's own submit), so
+  // the choice lives in the URL a reader shares.
+  function wireReference(live) {
+    const form = live.querySelector("#reference-picker");
+    if (!form) return;
+    const apply = form.querySelector("#reference-apply");
+    if (apply) apply.hidden = true;
+    form.querySelector("select").addEventListener("change", function () { form.submit(); });
+  }
+
+  // The page loads the chart library only when it has a chart; a run that was queued when
+  // the page opened loads it when its first results (and charts) arrive.
+  function withPlotly(live, then) {
+    const wants = live.querySelector("#figures-data, #telemetry-data");
+    if (window.Plotly || !wants || !live.dataset.plotlySrc) { then(); return; }
+    const script = document.createElement("script");
+    script.src = live.dataset.plotlySrc;
+    script.onload = function () {
+      then();
+      // telemetry.js wires its panel on a change under <body>: make one now Plotly is here.
+      document.body.appendChild(document.createComment("charts ready"));
+    };
+    document.body.appendChild(script);
   }
 
   async function refresh() {

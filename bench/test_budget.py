@@ -1,0 +1,112 @@
+"""The test phase against its budget: where the suite's minutes go.
+
+``make test`` writes a JUnit report of the suite (``artifacts/test-reports/suite.xml``);
+this reads it and prints the phase's wall time against the budget (30 minutes on a quiet
+2-core machine), the time per directory and per module, and the slowest tests, so a
+change that makes the suite slower shows where. It reports; it never fails a build (speed
+is judged by people reading ratios, not by timed assertions).
+
+    python bench/test_budget.py [REPORT.xml ...] [--budget-min 30] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_REPORT = Path("artifacts/test-reports/suite.xml")
+
+
+@dataclass(frozen=True)
+class Case:
+    module: str  # tests/portal/test_api.py
+    name: str
+    seconds: float
+    outcome: str  # passed, failed, error, skipped
+
+
+def read_report(path: Path) -> tuple[float, list[Case]]:
+    """(the suite's wall time as pytest reported it, its test cases)."""
+    root = ET.parse(path).getroot()  # noqa: S314 (a report our own make test wrote)
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    wall = sum(float(s.get("time") or 0) for s in suites)
+    cases = []
+    for case in root.iter("testcase"):
+        classname = case.get("classname") or ""
+        # pytest writes "tests.portal.test_api" (plus ".Class" for methods).
+        parts = classname.split(".")
+        while parts and not parts[-1].startswith("test_"):
+            parts.pop()
+        module = "/".join(parts) + ".py" if parts else classname
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+        cases.append(Case(module, case.get("name") or "", float(case.get("time") or 0), outcome))
+    return wall, cases
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:5.1f} min"
+
+
+def report(wall: float, cases: list[Case], budget_min: float, top: int) -> str:
+    total = sum(c.seconds for c in cases)
+    budget = budget_min * 60
+    lines = [
+        f"test phase: {_minutes(wall)} for {len(cases)} tests; budget {budget_min:g} min "
+        f"on a quiet 2-core machine: {wall / budget:.2f}x the budget "
+        + ("(within)" if wall <= budget else f"(over by {_minutes(wall - budget).strip()})"),
+    ]
+    outcomes: dict[str, int] = defaultdict(int)
+    for c in cases:
+        outcomes[c.outcome] += 1
+    lines.append("outcomes: " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())))
+    by_dir: dict[str, float] = defaultdict(float)
+    by_module: dict[str, float] = defaultdict(float)
+    for c in cases:
+        by_dir[str(Path(c.module).parent)] += c.seconds
+        by_module[c.module] += c.seconds
+    lines.append("")
+    lines.append("by directory (share of the tests' own time):")
+    for name, seconds in sorted(by_dir.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {_minutes(seconds)}  {seconds / max(total, 1e-9):5.1%}  {name}")
+    lines.append("")
+    lines.append(f"the {top} slowest modules:")
+    for name, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {_minutes(seconds)}  {name}")
+    lines.append("")
+    lines.append(f"the {top} slowest tests (setup and teardown included):")
+    for c in sorted(cases, key=lambda c: -c.seconds)[:top]:
+        lines.append(f"  {c.seconds:7.1f} s  {c.module}::{c.name}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="*", type=Path, default=[DEFAULT_REPORT])
+    parser.add_argument("--budget-min", type=float, default=30.0)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    wall, cases = 0.0, []
+    for path in args.reports:
+        if not path.is_file():
+            print(
+                f"test_budget: no report at {path}: run `make test` (it writes one) or give "
+                "the path of a pytest --junitxml report",
+                file=sys.stderr,
+            )
+            return 2
+        w, c = read_report(path)
+        wall += w
+        cases += c
+    print(report(wall, cases, args.budget_min, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""bench/test_budget.py reads the JUnit report pytest itself writes (a real pytest run of a
+two-test file), and attributes the time to the right module and directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _budget_module():
+    spec = importlib.util.spec_from_file_location("test_budget", REPO / "bench" / "test_budget.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["test_budget"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_budget_report_reads_a_real_junit_report(tmp_path: Path) -> None:
+    suite = tmp_path / "tests" / "unit"
+    suite.mkdir(parents=True)
+    (suite / "test_sample.py").write_text(
+        "import time\ndef test_slow():\n    time.sleep(0.3)\ndef test_fails():\n    assert False\n"
+    )
+    xml = tmp_path / "suite.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"--junitxml={xml}", "tests/unit/test_sample.py"],
+        cwd=tmp_path, capture_output=True, check=False,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # no plugin imports
+    )  # fmt: skip
+    budget = _budget_module()
+    wall, cases = budget.read_report(xml)
+    assert {c.module for c in cases} == {"tests/unit/test_sample.py"}
+    assert {c.name: c.outcome for c in cases} == {"test_slow": "passed", "test_fails": "failed"}
+    slow = next(c for c in cases if c.name == "test_slow")
+    assert slow.seconds >= 0.3 and wall >= slow.seconds
+    text = budget.report(wall, cases, budget_min=0.001, top=5)
+    assert "over by" in text and "1 failed, 1 passed" in text
+    assert "tests/unit" in text and "tests/unit/test_sample.py::test_slow" in text
+    assert budget.main([str(tmp_path / "missing.xml")]) == 2
