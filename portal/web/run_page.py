@@ -214,7 +214,7 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
         "reproduce": presenters.reproduce_commands(view, snapshot),
         "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",
         "sla_section": sla_search.section(view),
-        "traffic": traffic.section(run),  # trace replay and sessions (runners.traffic)
+        "traffic": traffic.section(run, view.spec),  # trace replay and sessions (runners.traffic)
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py

@@ -2,7 +2,7 @@
 a trace or sessions drove (``runners.traffic``), how faithfully the load was sent (the
 client's send lag, and whether it kept up), the prefix cache, each turn of the sessions,
 and the answers checked under that load. One query (the run's measurements whose ``raw``
-carries ``traffic``), none per row.
+carries ``traffic``) for a run whose spec has a trace or sessions, none per row.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from portal.benchmarks.models import Measurement, Run
+from runners import spec as rs
 
 MAX_ROWS = 24
 
@@ -39,8 +40,11 @@ def _row(backend: str, point_key: str, repeat: int, raw: dict[str, Any]) -> dict
     }
 
 
-def section(run: Run) -> dict[str, Any] | None:
-    """The section's rows, or None when no point of the run was driven by traffic."""
+def section(run: Run, spec: rs.Spec | None) -> dict[str, Any] | None:
+    """The section's rows, or None when no point of the run was driven by traffic (no
+    query at all for a run whose spec has neither a trace nor sessions)."""
+    if spec is None or (spec.workload.trace is None and spec.workload.sessions is None):
+        return None
     rows = (
         Measurement.objects.filter(run=run, raw__has_key="traffic")
         .order_by("id")
