@@ -273,3 +273,36 @@ def test_a_configuration_that_changes_the_answers_lowers_the_agreement(
     assert "--lora-modules tuned-a" in changed.commands["bench"]
     before, after = same.metrics["greedy_agreement"], changed.metrics["greedy_agreement"]
     assert after < 0.9 <= before, (before, after, changed.raw["traffic"]["correctness"])
+
+
+def test_speculative_decoding_reports_its_acceptance_and_keeps_the_answers(
+    server, tiny_model, tmp_path
+):
+    """n-gram speculation (runs on CPU): the point's /metrics counters give the acceptance
+    rate and mean accepted length as metrics, and greedy answers stay the reference's
+    (verification keeps the target model's tokens). After the test above: one server."""
+    srv, _, workdir = server
+    srv.stop()
+    trace = write_mooncake(tmp_path / "trace.jsonl", n=20, span_ms=500)
+    spec = parse_spec(
+        {
+            "model": {"id": str(tiny_model), "max_model_len": 1024},
+            "workload": {"input_len": 32, "output_len": 16, "num_warmups": 1,
+                         "trace": {"path": str(trace), "format": "mooncake", "block_size": 32}},
+            "backends": [{"kind": "vllm", "name": "ngram", "block_size": 32,
+                          "speculative_config": {"method": "ngram", "num_speculative_tokens": 2,
+                                                 "prompt_lookup_max": 3, "prompt_lookup_min": 1}}],
+            "correctness": {"sample": 4},
+        }
+    )  # fmt: skip
+    backend = spec.vllm_backends[0]
+    with VLLMServer(spec, backend, workdir / "ngram.log") as speculating:
+        m = measure_point(speculating, spec, backend, POINT, 0, workdir)
+    assert m.status == "succeeded", m.error
+    s = m.server_metrics
+    assert s.spec_decode_drafts > 0 and s.spec_decode_draft_tokens >= s.spec_decode_drafts
+    assert 0 < m.metrics["spec_decode_acceptance_rate"] <= 1
+    assert m.metrics["spec_decode_mean_accepted_length"] == pytest.approx(
+        1 + s.spec_decode_accepted_tokens / s.spec_decode_drafts
+    )
+    assert m.metrics["greedy_agreement"] == 1.0
