@@ -94,7 +94,11 @@ def measurement(spec: Spec, environment: Mapping[str, Any] | None = None) -> dic
     runner reported it (then the GPU is the spec's).
     """
     gpu_count = envfacts.lookup(environment, "gpu.count")
+    # The correctness check sends its eval prompts within the load: part of what was
+    # measured when set (absent otherwise, so earlier fingerprints are unchanged).
+    checked = {"correctness": spec.correctness.model_dump(mode="json")} if spec.correctness else {}
     return {
+        **checked,
         "workload": spec.workload.model_dump(mode="json"),
         "points": [p.model_dump(mode="json") for p in spec.points()],
         "gpu": {
@@ -321,7 +325,12 @@ def quality_note(base: Identity, other: Identity) -> str:
     ]
     if not changed:
         return ""
+    if base.measurement.get("correctness") and other.measurement.get("correctness"):
+        return (
+            f"What the model answers may differ ({', '.join(changed)}): both runs checked "
+            "their answers under load (greedy agreement, eval accuracy), judged beside speed."
+        )
     return (
         f"What the model answers may differ ({', '.join(changed)}): this compares speed; "
-        "the quality of the answers is not measured."
+        "the quality of the answers is not measured (set correctness in the spec to check it)."
     )

@@ -128,6 +128,13 @@ class ServerMetrics(BaseModel):
     )
     num_requests_waiting_peak: Amount | None = None
     samples: Count = 0
+    # Speculative decoding over the point (runners.server_metrics.spec_decode); absent
+    # when the server does not speculate.
+    spec_decode_drafts: Amount | None = None
+    spec_decode_draft_tokens: Amount | None = None
+    spec_decode_accepted_tokens: Amount | None = None
+    spec_decode_acceptance_rate: Fraction | None = None
+    spec_decode_mean_accepted_length: Amount | None = None
     # The KV cache vLLM allocated (vllm:cache_config_info): capacity = blocks x block_size.
     num_gpu_blocks: Amount | None = None
     block_size: Amount | None = None

@@ -58,7 +58,13 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
-WANTED = (PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS, *KV_USAGE, RUNNING, WAITING)
+# Speculative decoding (absent unless the server speculates): drafts proposed, draft
+# tokens proposed, draft tokens the target model accepted.
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_DECODE = (SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)
+WANTED = (PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS, *KV_USAGE, RUNNING, WAITING, *SPEC_DECODE)
 _MAX_SERIES = {*KV_USAGE}
 DEFAULT_INTERVAL_S = 0.1
 # prometheus_client's filter: the sample names wanted (``/metrics/?name[]=a&name[]=b``).
@@ -92,6 +98,25 @@ def parse(text: str, wanted: tuple[str, ...] = WANTED) -> dict[str, float]:
         else:
             out[name] = value
     return out
+
+
+def spec_decode(
+    drafts: float | None, draft_tokens: float | None, accepted: float | None
+) -> dict[str, float]:
+    """Speculative decoding over a point, from the counters' deltas (empty when the server
+    does not speculate or proposed nothing): ``spec_decode_acceptance_rate``, accepted
+    draft tokens / proposed ones; ``spec_decode_mean_accepted_length``, tokens each
+    verification step yields, 1 + accepted / drafts (the target's own token counts: 1 is
+    no gain). The definitions of vLLM's bench client and its logs."""
+    if not drafts or not draft_tokens or accepted is None:
+        return {}
+    return {
+        "spec_decode_drafts": drafts,
+        "spec_decode_draft_tokens": draft_tokens,
+        "spec_decode_accepted_tokens": accepted,
+        "spec_decode_acceptance_rate": min(accepted / draft_tokens, 1.0),
+        "spec_decode_mean_accepted_length": 1.0 + accepted / drafts,
+    }
 
 
 CACHE_CONFIG = "vllm:cache_config_info"
@@ -329,7 +354,9 @@ class PointWatcher:
     def result(self) -> ServerMetrics:
         queries, hits = self._delta(PREFIX_QUERIES), self._delta(PREFIX_HITS)
         rate = hits / queries if queries and hits is not None and hits <= queries else None
+        speculation = spec_decode(*(self._delta(name) for name in SPEC_DECODE))
         return ServerMetrics(
+            **speculation,
             preemptions=self._delta(PREEMPTIONS),
             prefix_cache_queries=queries,
             prefix_cache_hits=hits,

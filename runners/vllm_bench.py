@@ -179,6 +179,42 @@ def bench_flags(
     return flags
 
 
+def traffic_driven(spec: Spec) -> bool:
+    """A trace or sessions: the point is sent by ``runners.traffic``, not vLLM's client."""
+    return spec.workload.trace is not None or spec.workload.sessions is not None
+
+
+def traffic_flags(
+    spec: Spec,
+    base_url: str,
+    result_path: Path,
+    spec_path: Path,
+    backend: ServedBackend | None = None,
+) -> list[str]:
+    """Every ``python -m runners.traffic`` flag for this backend (the spec as a file)."""
+    api = backend.api if backend is not None else "completions"
+    flags = ["--spec", str(spec_path), "--base-url", base_url, "--api", api]
+    if isinstance(backend, EndpointBackend):
+        flags += ["--served-model-name", served_model(spec, backend)]
+    if request_mode(backend) != "vllm":
+        flags.append("--text-prompts")  # only vLLM takes token ids as a prompt
+    if request_mode(backend) == "openai":
+        flags.append("--openai-fields-only")
+    if backend is not None and backend.lora_names:
+        flags += ["--lora-modules", *backend.lora_names]
+        flags += ["--lora-assignment", backend.lora_assignment]
+    return [*flags, "--result", str(result_path)]
+
+
+def traffic_note(raw: dict[str, Any]) -> str | None:
+    """The send lag (p99) and, when the client fell behind, that it did."""
+    lag = (raw.get("traffic") or {}).get("lag") or {}
+    if "p99_ms" not in lag:
+        return None
+    note = f"send lag p99 {lag['p99_ms']:.1f} ms, max {lag['max_ms']:.1f} ms"
+    return f"{note}; {lag['note']}" if lag.get("note") else note
+
+
 def bench_command(flags: list[str], backend: ServedBackend | None = None) -> str:
     """The client command a person would type; through the request adapter for a server
     that takes only OpenAI fields (``vllm bench serve`` has no such mode)."""
@@ -412,8 +448,16 @@ def measure_point(
     report_path = workdir / f"{stem}.fields.json"
     result_path.unlink(missing_ok=True)
     report_path.unlink(missing_ok=True)
-    flags = bench_flags(spec, point, target.base_url, result_path, backend)
-    commands = {"bench": bench_command(flags, backend)}
+    traffic = traffic_driven(spec)
+    if traffic:
+        spec_path = workdir / f"{stem}.spec.json"
+        spec_path.write_text(spec.model_dump_json())
+        flags = traffic_flags(spec, target.base_url, result_path, spec_path, backend)
+        bench = shlex.join(["python", "-m", "runners.traffic", *flags])
+    else:
+        flags = bench_flags(spec, point, target.base_url, result_path, backend)
+        bench = bench_command(flags, backend)
+    commands = {"bench": bench}
     if not is_endpoint:
         commands = {"serve": target.command(), **commands}
     fields: dict[str, Any] = {"commands": commands}
@@ -431,11 +475,18 @@ def measure_point(
         with PointWatcher(target.base_url, gpu=gpu) as watcher:
             argv = [sys.executable, "-m", "runners.bench_client"]
             argv += [flag] if (flag := adapter_flag(backend)) else []
+            if traffic:
+                argv = [sys.executable, "-m", "runners.traffic"]
             with cond.Watch(cores or cond.own_cores(), extra=extra) as watch:
                 env = _client_env(target, backend, report_path)
                 code = procs.run([*argv, *flags], log_path, env=env)
         fields["conditions"] = watch.result()
         fields["server_metrics"] = watcher.result()
+        speculation = {
+            k: getattr(fields["server_metrics"], k)
+            for k in ("spec_decode_acceptance_rate", "spec_decode_mean_accepted_length")
+            if getattr(fields["server_metrics"], k) is not None
+        }
         # NVML sees this machine's GPUs: an endpoint's memory is not among them.
         fields["gpu_memory_peak_bytes"] = None if is_endpoint else watcher.gpu_peak
         if not is_endpoint and not target.alive:
@@ -444,9 +495,9 @@ def measure_point(
                 target.log_path, target.log_tail()
             )
         elif code != 0 or not result_path.exists():
-            error = (
-                f"vLLM's bench client exited with code {code} without a result. "
-                + procs.log_section(log_path, procs.tail(log_path))
+            client = "servebench's traffic client" if traffic else "vLLM's bench client"
+            error = f"{client} exited with code {code} without a result. " + procs.log_section(
+                log_path, procs.tail(log_path)
             )
         else:
             data = json.loads(result_path.read_text())
@@ -455,9 +506,14 @@ def measure_point(
             fields["raw"]["servebench"] = request_facts(
                 spec, backend, point, fields["detail"], adapted
             )
-            error = client_failure(data) or length_failure(backend, fields["raw"]["servebench"])
+            facts = fields["raw"]["servebench"]
+            if traffic and (note := traffic_note(fields["raw"])):
+                facts["note"] = f"{facts['note']}; {note}" if facts.get("note") else note
+            error = client_failure(data) or length_failure(backend, facts)
             if error is None:
-                fields["metrics"] = metrics
+                fields["metrics"] = metrics | speculation  # judged like any metric
+                checked = (fields["raw"].get("traffic") or {}).get("correctness") or {}
+                fields["metrics"] |= checked.get("metrics") or {}
             elif target.alive and (why := probe(target, spec, point, backend)):
                 error = f"{why}\n{error}"  # the server's own words first: the cause
         # What the hardware did while the requests ran, and what sampling it cost.

@@ -89,6 +89,10 @@ def serve_flags(spec: Spec, backend: VLLMBackend) -> list[str]:
         flags += ["--max-loras", str(len(backend.lora_adapters))]
         if backend.max_lora_rank is not None:
             flags += ["--max-lora-rank", str(backend.max_lora_rank)]
+    if spec.workload.trace is not None or spec.workload.sessions is not None:
+        # Each answer's usage says how many prompt tokens came from the prefix cache:
+        # the per-turn hit rate of sessions (runners.traffic).
+        flags.append("--enable-prompt-tokens-details")
     # /health and /metrics polls would otherwise fill the log the failure reasons quote.
     flags.append("--disable-uvicorn-access-log")
     return [*flags, *backend.extra_args]

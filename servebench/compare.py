@@ -38,6 +38,7 @@ from servebench.verdict import (
     DEFAULT_CONFIDENCE,
     DEFAULT_METRICS,
     DEFAULT_THRESHOLD,
+    QUALITY_METRICS,
     WORSE,
     MetricVerdict,
     Side,
@@ -286,6 +287,10 @@ def compare_documents(
         if cp is None:
             continue
         series = _engine_keys((history or {}).get(ident) or {})
+        # Correctness and speculation are judged wherever a side measured them: a faster
+        # configuration that changes the answers is a regression like a slower one.
+        sides = [*bp.side.metrics, *cp.side.metrics]
+        extra = [q for q in QUALITY_METRICS if q not in keys and any(q in m for m in sides)]
         verdicts = [
             compare_metric(
                 parse_metric(key),
@@ -298,7 +303,7 @@ def compare_documents(
                 n_boot=n_boot,
                 seed=f"{seed}|{bp.backend}|{bp.key}",
             )
-            for key in keys
+            for key in [*keys, *extra]
         ]
         compared.append(
             PointComparison(bp.backend, bp.key, bp.side.repeats, cp.side.repeats, verdicts)

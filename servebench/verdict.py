@@ -136,6 +136,16 @@ THROUGHPUT_METRICS = (
     "total_token_throughput",
     "request_goodput",
 )
+# Answers and speculation (runners.traffic.correctness, the server's /metrics): shares and
+# lengths where higher is better; absent unless the spec checks correctness or the server
+# speculates.
+QUALITY_METRICS = (
+    "greedy_agreement",
+    "exact_match_rate",
+    "eval_accuracy",
+    "spec_decode_acceptance_rate",
+    "spec_decode_mean_accepted_length",
+)
 # Energy and cost per output token (runners.telemetry: the GPUs' energy over the requests,
 # priced per GPU-hour): lower is better; absent where the GPUs could not be read (no NVML).
 ENERGY_METRICS = {
@@ -172,7 +182,7 @@ def parse_metric(name: str) -> Metric:
     """``output_throughput``, ``p99_ttft_ms``, ``median_itl_ms``, ``mean_e2el_ms``, ``p95_tpot_ms``;
     ``p50_*`` is vLLM's ``median_*``. ValueError naming the known forms otherwise."""
     key = name.strip()
-    if key in THROUGHPUT_METRICS:
+    if key in THROUGHPUT_METRICS or key in QUALITY_METRICS:
         return Metric(key, "higher")
     if key in ENERGY_METRICS:
         return Metric(key, "lower", missing=ENERGY_METRICS[key])
@@ -190,7 +200,7 @@ def parse_metric(name: str) -> Metric:
             if not 0 < quantile < 100:
                 raise ValueError(f"{name!r}: a percentile is between p0 and p100 exclusive")
         return Metric(key, "lower", latency, quantile)
-    named = (*THROUGHPUT_METRICS, *ENERGY_METRICS, "p99_ttft_ms", "mean_tpot_ms")
+    named = (*THROUGHPUT_METRICS, *QUALITY_METRICS, *ENERGY_METRICS, "p99_ttft_ms", "mean_tpot_ms")
     raise ValueError(
         f"{choice_message(name, named, 'metric')}, or any "
         "<stat>_<ttft|tpot|itl|e2el>_ms with stat mean, median, p50, p90, p99 (any pNN)"

@@ -45,8 +45,11 @@ from servebench import verdict as engine
 from servebench.compare import backend_label
 
 MAX_RUNS = 12
-# The metrics whose verdicts a comparison counts: the CLI's defaults (engine keys).
-COUNTED = frozenset(engine.parse_metric(name).key for name in engine.DEFAULT_METRICS)
+# The metrics whose verdicts a comparison counts: the CLI's defaults (engine keys), and
+# correctness and speculation where a run measured them (the CLI judges those too).
+COUNTED = frozenset(engine.parse_metric(name).key for name in engine.DEFAULT_METRICS) | set(
+    engine.QUALITY_METRICS
+)
 _ID = re.compile(r"^[a-z0-9]{1,40}\Z")
 
 

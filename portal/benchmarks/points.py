@@ -68,6 +68,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("kv_cache_usage_peak", "Peak KV cache", "%", "", 1, "server"),
     Metric("gpu_memory_peak_bytes", "Peak GPU memory", "GiB", "", 2, "server"),
     Metric("prefix_cache_hit_rate", "Prefix-cache hits", "%", "", 1, "server"),
+    # Answers under load (runners.traffic.correctness) and speculative decoding (/metrics).
+    Metric("greedy_agreement", "Greedy agreement", "%", "higher", 1, "correctness"),
+    Metric("exact_match_rate", "Exact answers", "%", "higher", 1, "correctness"),
+    Metric("eval_accuracy", "Eval accuracy", "%", "higher", 1, "correctness"),
+    Metric("spec_decode_acceptance_rate", "Draft acceptance", "%", "higher", 1, "speculative"),
+    Metric(
+        "spec_decode_mean_accepted_length",
+        "Mean accepted length",
+        "tok",
+        "higher",
+        2,
+        "speculative",
+    ),
     # Energy and cost (runners.telemetry, priced by portal.benchmarks.energy): NVML only.
     Metric("energy_per_output_token_j", "Energy per output token", "J", "lower", 4, "energy"),
     Metric("avg_power_w", "Mean GPU power", "W", "", 0, "energy"),

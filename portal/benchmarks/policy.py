@@ -155,11 +155,11 @@ def check(spec: rs.Spec, user: Any) -> None:
                 "a local model directory",
                 "SERVEBENCH_MODEL_ROOTS",
             )
-    if spec.workload.dataset_path:
+    for field, path in spec.data_files():  # prompts, trace, sessions, eval file
         attempt(
             _check_path,
-            "workload.dataset_path",
-            spec.workload.dataset_path,
+            field,
+            path,
             list(settings.SERVEBENCH_DATASET_ROOTS),
             "the dataset file",
             "SERVEBENCH_DATASET_ROOTS",

@@ -201,16 +201,16 @@ def _paths(spec: rs.Spec) -> list[Finding]:
                     True,
                 )
             )
-    path = spec.workload.dataset_path
-    if path and path.startswith("/") and not Path(path).is_file():
-        out.append(
-            Finding(
-                "workload.dataset_path",
-                f"there is no file {path!r} on this machine, where the run would read it; "
-                "check the path (or put the file there first)",
-                True,
+    for field, path in spec.data_files():
+        if path.startswith("/") and not Path(path).is_file():
+            out.append(
+                Finding(
+                    field,
+                    f"there is no file {path!r} on this machine, where the run would read "
+                    "it; check the path (or put the file there first)",
+                    True,
+                )
             )
-        )
     return out
 
 

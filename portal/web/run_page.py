@@ -37,7 +37,7 @@ from portal.benchmarks import points as pts
 from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.queue import queue_info
 from portal.dispatch import runlog
-from portal.web import figures, pagecache, presenters, sla_search, tables, telemetry
+from portal.web import figures, pagecache, presenters, sla_search, tables, telemetry, traffic
 from portal.web.figures.common import AXIS_SHORT
 from runners import spec as rs
 
@@ -146,6 +146,7 @@ def _on_cpu(snapshot: dict[str, Any]) -> bool:
 FRAGMENTS = {
     "headline": "web/_run_headline.html",
     "sla_search": "web/_run_sla_search.html",
+    "traffic": "web/_run_traffic.html",
     "charts": "web/_run_charts.html",
     "capacity": "web/_run_capacity.html",
     "summary": "web/_run_summary.html",
@@ -213,6 +214,7 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
         "reproduce": presenters.reproduce_commands(view, snapshot),
         "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",
         "sla_section": sla_search.section(view),
+        "traffic": traffic.section(run, view.spec),  # trace replay and sessions (runners.traffic)
         "history_point": history_point(results),
     }
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py

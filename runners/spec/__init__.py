@@ -21,6 +21,7 @@ in a module of its own:
   ``ALLOWED_EXTRA_FLAGS``, ``check_extra_args``, ``parallel_size``), ``endpoint`` (URL and
   ``APIKey`` rules), ``transformers_serve``; ``base`` (``NamedBackend``, the request APIs);
   the package holds the ``Backend`` union and ``BACKEND_KINDS``.
+- ``traffic``: ``Trace``, ``Sessions``, ``Correctness`` (production traffic) and their rules.
 - ``search``: ``SLO``, ``SLASearch``, ``slo_text``.
 - ``resources``: ``Resources``.
 - ``root``: ``Spec`` itself, whose validator calls the rules above in a fixed order.
@@ -90,6 +91,7 @@ from runners.spec.presets import (
 from runners.spec.resources import Resources
 from runners.spec.root import Spec
 from runners.spec.search import SEARCH_AXES, SLO, SLO_METRICS, SLASearch, slo_text
+from runners.spec.traffic import Correctness, Sessions, Trace
 from runners.spec.workload import RampUp, Sweep, SweepAxis, Workload, WorkloadOverrides
 from runners.spec.yamlload import YAMLFieldError, safe_yaml
 
@@ -117,6 +119,7 @@ __all__ = [
     "APIKey",
     "Api",
     "Backend",
+    "Correctness",
     "DuplicateKeys",
     "EndpointBackend",
     "FieldError",
@@ -132,11 +135,13 @@ __all__ = [
     "Resources",
     "SLASearch",
     "ServedBackend",
+    "Sessions",
     "Spec",
     "SpecError",
     "Strict",
     "Sweep",
     "SweepAxis",
+    "Trace",
     "TransformersServeBackend",
     "VLLMBackend",
     "Workload",

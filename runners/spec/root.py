@@ -49,6 +49,7 @@ from runners.spec.model import ModelSpec
 from runners.spec.points import Point, _iter_points, check_point_lengths
 from runners.spec.resources import Resources
 from runners.spec.search import SLO, SLASearch, check_search
+from runners.spec.traffic import Correctness, check_traffic
 from runners.spec.workload import (
     Sweep,
     Workload,
@@ -83,6 +84,11 @@ class Spec(Strict):
         "(an adaptive search of at most max_points points per backend).",
     )
     resources: Resources = Field(default_factory=Resources)
+    correctness: Correctness | None = Field(
+        None,
+        description="Check a sample of each point's answers against a reference and an "
+        "eval file, beside the speed (docs/traffic.md).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -93,7 +99,7 @@ class Spec(Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_defaults(handler(self), {"sla_search": None})
+        return _without_defaults(handler(self), {"sla_search": None, "correctness": None})
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Spec:
@@ -107,6 +113,7 @@ class Spec(Strict):
         check_endpoints(self)
         check_transformers_serve(self)
         check_search(self)
+        check_traffic(self)
         if (info.context or {}).get("stored"):
             self._stored = True
         if not self._stored:
@@ -146,6 +153,19 @@ class Spec(Strict):
             raise ValueError(
                 f"the spec expands to {npoints} measurements; the limit is {MAX_POINTS}"
             )
+
+    def data_files(self) -> list[tuple[str, str]]:
+        """(field, path) of every file the runner reads requests from: the prompts file,
+        a trace, a sessions file, the eval file. The portal's path policy and preflight
+        check each (one list, so a new file field cannot escape them)."""
+        w, c = self.workload, self.correctness
+        files = [
+            ("workload.dataset_path", w.dataset_path),
+            ("workload.trace.path", w.trace.path if w.trace else None),
+            ("workload.sessions.path", w.sessions.path if w.sessions else None),
+            ("correctness.eval_file", c.eval_file if c else None),
+        ]
+        return [(field, path) for field, path in files if path]
 
     @property
     def hf_backends(self) -> list[HFBackend]:

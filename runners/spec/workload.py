@@ -26,6 +26,7 @@ from runners.spec.common import (
     _safe,
     _without_defaults,
 )
+from runners.spec.traffic import Sessions, Trace
 
 if TYPE_CHECKING:
     from runners.spec.root import Spec
@@ -55,6 +56,8 @@ _ADDED_WORKLOAD_DEFAULTS: dict[str, Any] = {
     "top_p": None,
     "top_k": None,
     "ramp_up": None,
+    "trace": None,
+    "sessions": None,
 }
 
 
@@ -113,6 +116,12 @@ class Workload(Strict):
         None,
         description="Raise the request rate over each point instead of a fixed rate "
         "(exclusive with request_rate).",
+    )
+    trace: Trace | None = Field(
+        None, description="Replay a trace file at its own arrival times (docs/traffic.md)."
+    )
+    sessions: Sessions | None = Field(
+        None, description="Multi-turn conversations instead of single requests."
     )
 
     @field_validator("dataset_path")
