@@ -126,3 +126,49 @@ def hardware() -> Hardware:
             pytrace=False,
         )
     return found
+
+
+# --------------------------------------------------------------------------- early teardown
+
+# pytest-django runs database tests first, then transactional ones, then the rest, so one
+# directory's tests are not contiguous, and a fixture of its conftest with package scope
+# lives as long as the session (a directory without __init__.py is no package). What is
+# expensive to keep running (a control plane, a cluster) registers its stop here instead:
+# it runs as soon as the last test of that directory, in the order the session really
+# runs, has ended. The fixture's own teardown stays as the fallback (a stop runs once).
+_EARLY_STOPS: dict[Path, list[Callable[[], None]]] = {}
+_LAST_ITEM: dict[Path, str] = {}
+
+
+def stop_after_directory(directory: Path, stop: Callable[[], None]) -> Callable[[], None]:
+    """Register ``stop`` to run when ``directory``'s last test ends; returns a wrapper
+    that runs it at most once (for the fixture's own teardown)."""
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            stop()
+
+    _EARLY_STOPS.setdefault(directory.resolve(), []).append(once)
+    return once
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:  # the final order, after every reordering hook
+        _LAST_ITEM[Path(item.path).resolve().parent] = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    directory = Path(item.path).resolve().parent
+    if _LAST_ITEM.get(directory) == item.nodeid:
+        for stop in reversed(_EARLY_STOPS.pop(directory, [])):
+            stop()
+
+
+@pytest.fixture(scope="session")
+def early_stop() -> Callable[[Path, Callable[[], None]], Callable[[], None]]:
+    """``stop_after_directory`` for a conftest's fixtures (see above)."""
+    return stop_after_directory

@@ -3,11 +3,11 @@
 - ``helm``, ``kubectl``: the official static binaries ``scripts/kube-binaries.sh`` caches
   in ``$SERVEBENCH_CACHE/kube/bin`` (``make kube``).
 - ``control_plane`` (session): a real etcd + kube-apiserver + kube-controller-manager
-  v1.20.2 from the same cache, on free ports in a temporary directory, stopped at the end
-  of the session (``k8s_support.start_control_plane``). Secure port only (1.20 has no
-  insecure port), static tokens, a fresh service-account key pair, RBAC (the tests' token
-  is in system:masters; a second one authenticates as the chart's ServiceAccount in
-  ``CHART_NAMESPACE``, so a test checks what the chart's Role really allows),
+  v1.20.2 from the same cache, on free ports in a temporary directory, stopped as soon as
+  this directory's last test ends (``k8s_support.start_control_plane``). Secure port
+  only (1.20 has no insecure port), static tokens, a fresh service-account key pair, RBAC
+  (the tests' token is in system:masters; a second one authenticates as the chart's
+  ServiceAccount in ``CHART_NAMESPACE``, so a test checks what the chart's Role really allows),
   ``TTLAfterFinished`` on, and the controllers job, garbagecollector, ttl-after-finished,
   namespace and serviceaccount. No scheduler and no kubelet: ``kubelet`` patches Pods.
 - ``namespace`` (session): a namespace of this session's own.
@@ -26,6 +26,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,10 +86,10 @@ def kubectl(need: Callable[..., None]) -> str:
 # --------------------------------------------------------------------------- control plane
 
 
-@pytest.fixture(scope="package")
-def control_plane(need: Callable[..., None]) -> Iterator[ControlPlane]:
-    """etcd, kube-apiserver and kube-controller-manager for tests/k8s; package scope, so
-    they stop when this directory's last test ends, not with the whole session."""
+@pytest.fixture(scope="session")
+def control_plane(need: Callable[..., None], early_stop: Any) -> Iterator[ControlPlane]:
+    """etcd, kube-apiserver and kube-controller-manager for tests/k8s; stopped as soon as
+    this directory's last test ends (``early_stop``), not with the whole session."""
     binaries = {n: tool(n) for n in ("etcd", "kube-apiserver", "kube-controller-manager")}
     missing = [n for n, path in binaries.items() if not path]
     need(not missing, f"a Kubernetes control plane ({', '.join(missing)} missing)", HOW)
@@ -100,17 +101,22 @@ def control_plane(need: Callable[..., None]) -> Iterator[ControlPlane]:
         )
     except RuntimeError as exc:
         pytest.fail(f"the test control plane did not start: {exc}", pytrace=False)
+
+    def stop() -> None:
+        cp.stop()
+        shutil.rmtree(cp.dir, ignore_errors=True)
+
+    stop_once = early_stop(Path(__file__).parent, stop)
     yield cp
-    cp.stop()
-    shutil.rmtree(cp.dir, ignore_errors=True)
+    stop_once()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def kube_api(control_plane: ControlPlane) -> Any:
     return control_plane.api_client()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def namespace(kube_api: Any) -> str:
     return create_namespace(kube_api, f"sb-test-{uuid.uuid4().hex[:6]}")
 

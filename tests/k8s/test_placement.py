@@ -26,7 +26,7 @@ from kubernetes import client
 from portal.accounts.models import ApiToken
 from portal.benchmarks.models import Run, RunStatus
 from portal.dispatch import dispatcher, kubejob
-from portal.dispatch.executors import ExecutorState, ExecutorStatus, get_executor
+from portal.dispatch.executors import ExecutorState, ExecutorStatus
 from portal.dispatch.executors.kubernetes import admission_wait
 from runners import spec as rs
 
@@ -413,20 +413,3 @@ def test_time_waiting_for_kueue_does_not_count_against_the_deadline(
     assert pending.public_id in report.deadline and queued.public_id not in report.deadline
     assert Run.objects.get(pk=queued.pk).status == RunStatus.DISPATCHED
     assert Run.objects.get(pk=pending.pk).status == RunStatus.FAILED
-
-
-def test_on_a_server_with_suspend_the_run_waits_for_kueue_visibly(gpu_cluster, make_run, kube_api):
-    if not server_keeps_suspend(kube_api):
-        pytest.skip("this API server drops spec.suspend (Kubernetes < 1.22): no Kueue there")
-    run = dispatched(make_run)
-    status = get_executor("kubernetes").status(run.executor_handle)
-    assert status.state == ExecutorState.PENDING and status.queued_in == QUEUE
-    assert status.reason.startswith(f"waiting for Kueue admission in queue {QUEUE}")
-    Run.objects.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(minutes=1))
-    dispatcher.reconcile()
-    run.refresh_from_db()
-    assert run.status == RunStatus.DISPATCHED and run.deadline > timezone.now()
-    owner = Client()
-    owner.force_login(run.owner)
-    note = owner.get(f"/api/v1/runs/{run.public_id}/logs").json()["note"]
-    assert note.startswith(f"waiting for Kueue admission in queue {QUEUE}")

@@ -46,7 +46,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"k8s-e2e: phase '{name}' took {seconds:.0f} s")
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def images(need: Callable[..., None]) -> dict[str, str]:
     lacking = e2e_cluster.missing()
     need(not lacking, f"a one-node test cluster ({', '.join(lacking)} missing)", e2e_cluster.HOW)
@@ -61,23 +61,28 @@ def images(need: Callable[..., None]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in result.stdout.split() if "=" in line)
 
 
-@pytest.fixture(scope="package")
-def cluster(images: dict[str, str]) -> Iterator[Cluster]:
-    """The one-node cluster; package scope, so its API server, kubelet and containerd stop
-    when this directory's last test ends, not with the whole session."""
+@pytest.fixture(scope="session")
+def cluster(images: dict[str, str], early_stop: Any) -> Iterator[Cluster]:
+    """The one-node cluster; its API server, kubelet and containerd stop as soon as this
+    directory's last test ends (``early_stop``), not with the whole session."""
     try:
         c = Cluster.start(images["PAUSE_IMAGE"])
     except RuntimeError as exc:
         pytest.fail(f"the test cluster did not start: {exc}", pytrace=False)
+
+    def stop() -> None:
+        began = time.monotonic()
+        c.stop()
+        TIMINGS["cluster stop"] = time.monotonic() - began
+
+    stop_once = early_stop(Path(__file__).parent, stop)
     try:
         c.import_images([images["PORTAL_IMAGE"], images["RUNNER_IMAGE"]])
         c.forget_other_images(list(images.values()))
         TIMINGS.update(c.timings)
         yield c
     finally:
-        began = time.monotonic()
-        c.stop()
-        TIMINGS["cluster stop"] = time.monotonic() - began
+        stop_once()
 
 
 # --------------------------------------------------------------------------- services
@@ -90,7 +95,7 @@ def _database(url: str) -> tuple[str, str]:
     return parts._replace(path="/postgres").geturl(), parts._replace(path=f"/{name}").geturl()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def database_url(need: Callable[..., None]) -> Iterator[str]:
     """A database of its own on this machine's PostgreSQL (TCP, so host-network Pods reach
     it); dropped at the end."""
@@ -134,7 +139,7 @@ def _hostpath_pv(name: str, path: Path, size: str, mode: str, claim: str) -> dic
     }  # fmt: skip
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def release(
     cluster: Cluster, images: dict[str, str], database_url: str, redis_url: str, tiny_model: Path
 ) -> Release:
@@ -215,7 +220,7 @@ def release(
 # --------------------------------------------------------------------------- the portal
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def portal(cluster: Cluster, release: Release) -> Portal:
     """A CI token made the way NOTES.txt says: manage.py commands in the web Pod."""
     web = f"deploy/{RELEASE}-web"
