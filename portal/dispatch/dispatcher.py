@@ -144,20 +144,26 @@ def _start_lock(run_pk: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_START_LOCK_SPACE, run_pk])
 
 
-def _start(run: Run, executor: Executor) -> str:
+def _start(run: Run, executor: Executor, *, just_claimed: bool = False) -> str:
     """Start a claimed run once: under its start lock, only if it still needs a start.
     ``submitted``, ``failed``, ``starting`` (another worker is starting it now) or
     ``started`` (already started); raises ExecutorUnavailable (the run stays claimed; the
-    retry or reconcile starts it)."""
+    retry or reconcile starts it).
+
+    Decided again under the lock: a start attempt recorded since ``run`` was read means
+    whoever held the lock before us started it. A run this call has just claimed (its
+    queued -> dispatched update is ours alone) needs nothing more; a run claimed earlier
+    is asked of the executor too (its worker may have died after submitting)."""
+    seen = int((run.executor_handle or {}).get("attempts", 0))
     with bound_run(run.public_id), _start_lock(run.pk) as got:
         if not got:
             log.info("dispatch: another worker is starting this run")
             return "starting"
-        # Decided again under the lock: whoever held it before us may have started it.
         fresh = Run.objects.select_related("owner").filter(pk=run.pk).first()
         if fresh is None or fresh.status != RunStatus.DISPATCHED:
             return "not-queued"
-        if not _never_started(fresh, executor):
+        attempts = int((fresh.executor_handle or {}).get("attempts", 0))
+        if attempts != seen or (not just_claimed and not _never_started(fresh, executor)):
             log.info("dispatch: the run was started already; nothing to do")
             return "started"
         return _submit(fresh, executor)
@@ -261,7 +267,7 @@ def dispatch_run(run_id: int | None) -> str:
             claimed = _claim(run.pk, executor, timezone.now())
             if claimed is None:
                 return "not-queued"
-            return _start(claimed, executor)
+            return _start(claimed, executor, just_claimed=True)
         if run.status == RunStatus.DISPATCHED and _never_started(run, executor):
             log.info("dispatch: the run was claimed but never started; starting it")
             return _start(run, executor)
@@ -316,7 +322,9 @@ def fill_slots(executor: Executor) -> dict[int | str, str]:
             holders.filter(status=RunStatus.DISPATCHED).select_related("owner").order_by("pk")
         )
     for run in to_start:
-        if run.pk in claimed or _never_started(run, executor):
+        if run.pk in claimed:
+            outcomes[run.pk] = _start(run, executor, just_claimed=True)
+        elif _never_started(run, executor):
             outcomes[run.pk] = _start(run, executor)
     return outcomes
 
