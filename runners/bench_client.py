@@ -52,6 +52,13 @@ by default): ``install_egress_guard`` wraps the one coroutine each aiohttp reque
 through. A request off that origin, or a redirect answer, ends the client at once with
 the reason (status, the host the redirect pointed at, what to do) as its last line and
 exit code ``EGRESS_REFUSED_EXIT``, and nothing is sent to the redirect's target.
+
+The client's own CPU time is sampled every ``CPU_SAMPLE_S`` on ``time.perf_counter``
+(the clock of its ``start_times``) and written to the same report as ``client_cpu``
+(``[[t, cpu_s], ...]``): the runner takes the client's CPU use over the requests' window
+from it (``runners.conditions.window_cpu``), the evidence that the load generator itself
+was saturated (``runners.bottleneck``). One thread reading ``time.process_time``: no
+measurable cost.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any, NoReturn
 
 from runners.egress import REDIRECT_STATUSES, Egress, EgressRefused
@@ -67,6 +76,7 @@ OPENAI_ONLY_FLAG = "--openai-fields-only"
 TRANSFORMERS_FLAG = "--transformers-fields"
 ADAPTER_FLAGS = (OPENAI_ONLY_FLAG, TRANSFORMERS_FLAG)
 REPORT_ENV = "SERVEBENCH_FIELDS_REPORT"
+CPU_SAMPLE_S = 0.1
 EGRESS_REFUSED_EXIT = 3  # a request off the target, or a redirect: nothing was sent there
 
 # Request body fields of the OpenAI API (completions and chat completions, streaming).
@@ -268,6 +278,33 @@ def _refuse(refusal: EgressRefused) -> NoReturn:
     os._exit(EGRESS_REFUSED_EXIT)
 
 
+class CpuSampler:
+    """This process's CPU time against ``perf_counter``, every ``interval_s`` (a thread)."""
+
+    def __init__(self, interval_s: float = CPU_SAMPLE_S) -> None:
+        self.interval_s = interval_s
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+
+    def _take(self) -> None:
+        self.samples.append([round(time.perf_counter(), 4), round(time.process_time(), 4)])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._take()
+
+    def start(self) -> None:
+        self._take()
+        self._thread.start()
+
+    def stop(self) -> list[list[float]]:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        self._take()
+        return self.samples
+
+
 def target_url(args: Any) -> str:
     """The server vLLM's client was pointed at (``--base-url``, else host and port)."""
     if getattr(args, "base_url", None):
@@ -292,15 +329,20 @@ def main(argv: list[str]) -> int:
     add_cli_args(parser)
     args = parser.parse_args(argv)
     install_egress_guard(target_url(args))
+    sampler = CpuSampler()
+    sampler.start()
     try:
         bench_main(args)
     finally:
         report = os.environ.get(REPORT_ENV)
-        if adapted is not None and report:
-            with open(report, "w", encoding="utf-8") as f:
+        if report:
+            data: dict[str, Any] = {"client_cpu": sampler.stop()}
+            if adapted is not None:
                 dropped, added = (sorted(names) for names in adapted)
-                data = {"dropped_fields": dropped, "added_fields": added}
-                json.dump(data | {"lengths": lengths, "stream": stream}, f)
+                data |= {"dropped_fields": dropped, "added_fields": added}
+                data |= {"lengths": lengths, "stream": stream}
+            with open(report, "w", encoding="utf-8") as f:
+                json.dump(data, f)
     return 0
 
 

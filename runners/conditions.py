@@ -31,6 +31,9 @@ client run) with two snapshots of ``/proc`` and returns a plain dict (the
 - ``throttled_s``: time the cgroup's CPU quota held the container back;
 - ``load_avg``: the host's 1/5/15-minute load average at the start and end (a lagging,
   host-wide number that includes our own threads: context, not a verdict);
+- ``client_cpu_s``, ``client_cpu_per_wall`` (vLLM points, added by
+  ``runners.vllm_bench.client_cpu``): the load generator's own CPU time over the requests'
+  window (``window_cpu`` over its samples) and per second of that window: 1.0 is a core;
 - ``contended`` and ``reasons``: plain sentences for each rule that fired: others took
   ``CONTENDED_SHARE`` of the cores its threads need (of all owned cores when it has a
   thread per core; beyond the spare ones when a CPU quota allows fewer threads than
@@ -401,6 +404,23 @@ class Watch:
         out["reasons"] = judge(out, threads=self.cores.threads, cpu_bound=self.cpu_bound)
         out["contended"] = bool(out["reasons"])
         return out
+
+
+def window_cpu(samples: list[list[float]], start: float, end: float) -> float | None:
+    """CPU seconds a process used between ``start`` and ``end`` from its ``[[t, cpu_s],
+    ...]`` samples (``runners.bench_client.CpuSampler``), linear between samples; None
+    when the samples do not cover the window."""
+    points = sorted((float(t), float(c)) for t, c in samples)
+    if len(points) < 2 or start < points[0][0] or end > points[-1][0]:
+        return None
+
+    def at(x: float) -> float:
+        for (t1, c1), (t2, c2) in zip(points, points[1:], strict=False):
+            if t1 <= x <= t2:
+                return c1 if t2 == t1 else c1 + (c2 - c1) * (x - t1) / (t2 - t1)
+        return points[-1][1]
+
+    return max(at(end) - at(start), 0.0)
 
 
 def judge(c: dict[str, Any], *, threads: int, cpu_bound: bool = False) -> list[str]:

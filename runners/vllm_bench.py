@@ -409,9 +409,26 @@ def _client_env(target: Target, backend: ServedBackend, report: Path) -> dict[st
     env.pop("OPENAI_API_KEY", None)  # only an endpoint's own key, never one inherited
     if isinstance(target, Endpoint) and target.key:
         env["OPENAI_API_KEY"] = target.key
-    if adapter_flag(backend):
-        env[REPORT_ENV] = str(report)
+    env[REPORT_ENV] = str(report)  # the adapter's fields and the client's CPU time
     return env
+
+
+def client_cpu(report: Path, telemetry: dict[str, Any]) -> dict[str, float]:
+    """The load generator's own CPU over the requests' window (``client_cpu_s``,
+    ``client_cpu_per_wall``: 1.0 is one core busy all the time), from the CPU samples
+    its report holds; {} when either is missing (the traffic client, a failed point)."""
+    try:
+        samples = json.loads(report.read_text()).get("client_cpu") if report.exists() else None
+    except (OSError, ValueError, AttributeError):
+        return {}
+    window, t0 = telemetry.get("window"), telemetry.get("t0")
+    if not samples or not window or not isinstance(t0, int | float):
+        return {}
+    start, end = t0 + window[0], t0 + window[1]
+    used = cond.window_cpu(samples, start, end)
+    if used is None or end <= start:
+        return {}
+    return {"client_cpu_s": round(used, 3), "client_cpu_per_wall": round(used / (end - start), 3)}
 
 
 def _unavailable(target: Target) -> str | None:
@@ -519,6 +536,7 @@ def measure_point(
         # What the hardware did while the requests ran, and what sampling it cost.
         fields["telemetry"] = watcher.telemetry(fields.get("detail") or {})
         tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
+        fields["conditions"] |= client_cpu(report_path, fields["telemetry"])
         # This machine's GPU power is not an endpoint's: no energy or cost for it.
         if "metrics" in fields and not is_endpoint:
             price = spec.resources.gpu_hour_price
