@@ -46,6 +46,7 @@ not exist (not Linux) the dict says so and nothing is flagged.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -415,7 +416,7 @@ def window_cpu(samples: list[list[float]], start: float, end: float) -> float | 
         return None
 
     def at(x: float) -> float:
-        for (t1, c1), (t2, c2) in zip(points, points[1:], strict=False):
+        for (t1, c1), (t2, c2) in itertools.pairwise(points):
             if t1 <= x <= t2:
                 return c1 if t2 == t1 else c1 + (c2 - c1) * (x - t1) / (t2 - t1)
         return points[-1][1]
