@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runners import bottleneck
 from runners.result import LATENCY_KEYS, THROUGHPUT_KEYS
 from servebench.compare import Comparison, describe_methods, notes
 from servebench.verdict import (
@@ -222,8 +223,25 @@ def results_table(document: Mapping[str, Any]) -> str:
     out = table(["backend", "point", "repeat", "status", *(h for h, _ in RESULT_COLUMNS)], rows)
     if failures:
         out += "\n\nfailed:\n" + "\n".join(f"  {f}" for f in failures)
+    if limits := limit_lines(document):
+        out += "\n\nlimited by:\n" + "\n".join(f"  {line}" for line in limits)
     if searches := sla_lines(document):
         out += "\n\n" + "\n".join(searches)
+    return out
+
+
+def limit_lines(document: Mapping[str, Any]) -> list[str]:
+    """What limited each succeeded measurement (``runners.bottleneck``), one line each:
+    'vllm concurrency:max_concurrency=8 #0: scheduler-queue. The scheduler ran ...'."""
+    out = []
+    for m in _measurements(document):
+        if m.get("status") != "succeeded":
+            continue  # the failed list above says why
+        limit = bottleneck.diagnose(m)
+        point = (m.get("point") or {}).get("key", "")
+        out.append(
+            f"{m.get('backend', '')} {point} #{m.get('repeat', 0)}: {limit.cause}. {limit.sentence}"
+        )
     return out
 
 

@@ -11,9 +11,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.benchmarks import points as pts
 from portal.benchmarks import queries, sharing
 from portal.benchmarks.models import Environment, Measurement, Run
 from portal.benchmarks.queue import queue_info
+from runners import bottleneck as bn
 from runners import spec as rs
 
 LATENCY_FIELDS = [
@@ -179,6 +181,15 @@ class MeasurementSerializer(serializers.ModelSerializer):
     """A measurement's columns and metrics (raw client output and per-request arrays are in
     the result document)."""
 
+    limited_by = serializers.DictField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text=(
+            "What limited this measurement (runners.bottleneck): {cause, sentence}; cause is "
+            "one of " + ", ".join(bn.CAUSES) + "; 'unknown' where the evidence is missing."
+        ),
+    )
+
     class Meta:
         model = Measurement
         fields = [
@@ -209,19 +220,22 @@ class MeasurementSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "duration_s",
+            "limited_by",
         ]
 
 
-MEASUREMENT_FIELDS = tuple(MeasurementSerializer.Meta.fields)
+# The columns ``measurement_rows`` reads: the serializer's, less what it computes.
+MEASUREMENT_FIELDS = tuple(f for f in MeasurementSerializer.Meta.fields if f != "limited_by")
 
 
 def measurement_rows(run: Run, user: Any = None) -> list[dict[str, Any]]:
     """A run's measurements as MeasurementSerializer's JSON, straight from ``values()``;
     errors as ``user`` may read them (``sharing.error_for``)."""
     manager = queries.may_manage(user, run)
-    rows = list(queries.run_measurements(run).values(*MEASUREMENT_FIELDS))
+    rows = list(queries.run_measurements(run).values(*MEASUREMENT_FIELDS, "conditions"))
     for row in rows:
-        row["error"] = sharing.error_for(manager, row["error"])
+        row["error"] = sharing.error_for(manager, row["error"])  # before the sentence quotes it
+        row["limited_by"] = bn.diagnose(pts.facts_of(row, row.pop("conditions"))).as_dict()
     return rows
 
 

@@ -31,6 +31,7 @@ from django.conf import settings
 
 from portal.benchmarks import goodput, samples
 from portal.benchmarks.models import Measurement
+from runners import bottleneck as bn
 from runners import sla
 from runners import spec as rs
 from servebench import stats
@@ -204,6 +205,15 @@ class PointStats:
     requests: dict[str, Uncertainty] = field(default_factory=dict)
     samples: int = 0  # requests per repeat, when the per-request samples were read
     ids: list[int] = field(default_factory=list)  # the succeeded measurements' ids
+    # What limited each repeat (``runners.bottleneck``), failed repeats included.
+    limits: list[bn.Bottleneck] = field(default_factory=list)
+
+    @property
+    def bottleneck(self) -> bn.Bottleneck | None:
+        """What limited the point over its repeats (``runners.bottleneck.combine``):
+        succeeded repeats decide when there are any."""
+        ok = [b for b in self.limits if b.cause not in ("errors", "network")]
+        return bn.combine(ok if self.repeats and ok else self.limits)
 
     def uncertainty(self, key: str) -> Uncertainty | None:
         """How well ``key`` is known: a t interval over the repeats when there are
@@ -436,6 +446,50 @@ class RunResults:
         ]
 
 
+_FACT_COLUMNS = (
+    "status", "error", "backend_kind", "input_len", "output_len", "concurrency",
+    "num_prompts", "request_rate", "metrics", "server_metrics", "preemptions",
+    "kv_cache_usage_peak",
+)  # fmt: skip
+
+
+def facts_of(row: Mapping[str, Any], conditions: Any = None, raw: Any = None) -> dict[str, Any]:
+    """A stored measurement's columns (``_FACT_COLUMNS``, as ``values()`` gives them) as
+    ``runners.bottleneck.diagnose`` reads a result document's measurement."""
+    server = dict(row.get("server_metrics") or {})
+    for column in ("preemptions", "kv_cache_usage_peak"):
+        if row.get(column) is not None:
+            server[column] = row[column]
+    return {
+        "status": row.get("status"),
+        "error": row.get("error") or "",
+        "backend_kind": row.get("backend_kind"),
+        "point": {
+            "input_len": row.get("input_len"),
+            "output_len": row.get("output_len"),
+            "max_concurrency": row.get("concurrency"),
+            "num_prompts": row.get("num_prompts"),
+            "request_rate": row.get("request_rate"),
+        },
+        "metrics": row.get("metrics") or {},
+        "server_metrics": server,
+        "conditions": conditions or {},
+        "raw": raw or {},
+    }
+
+
+def bottleneck_facts(m: Measurement) -> dict[str, Any]:
+    """``facts_of`` a model row; fields a query deferred count as not recorded, so no
+    extra query is made."""
+    deferred = m.get_deferred_fields()
+
+    def loaded(name: str) -> Any:
+        return None if name in deferred else getattr(m, name)
+
+    row = {name: loaded(name) for name in _FACT_COLUMNS}
+    return facts_of(row, loaded("conditions"), loaded("raw"))
+
+
 def _aggregate_values(point: PointStats, rows: list[dict[str, float]]) -> None:
     """Mean, sample standard deviation, min and max of each key across the repeats (plain
     float arithmetic: ``statistics.stdev`` works in exact fractions and is ~50x slower)."""
@@ -484,6 +538,7 @@ def aggregate(
                 concurrency=m.concurrency,
                 num_prompts=m.num_prompts,
             )
+        point.limits.append(bn.diagnose(bottleneck_facts(m)))
         if m.status != "succeeded":
             point.failed += 1
             if m.error and len(point.errors) < 3:

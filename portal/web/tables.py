@@ -150,6 +150,8 @@ RECORD_FIELDS = (
     "failed",
     "speedup_vs_hf",
     "speedup_reference",
+    "limited_by",
+    "limited_by_evidence",
 )
 
 
@@ -176,6 +178,9 @@ def records(results: RunResults) -> list[dict[str, Any]]:
             "speedup_vs_hf": results.speedup(p),
             # which backend speedup_vs_hf is over (hf-sequential when the run has one)
             "speedup_reference": reference,
+            # what limited the point (runners.bottleneck) and the sentence with its evidence
+            "limited_by": limit.cause if (limit := p.bottleneck) else None,
+            "limited_by_evidence": limit.sentence if limit else None,
         }
         for metric in metrics:
             record[metric.key] = p.get(metric.key)
