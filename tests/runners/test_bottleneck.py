@@ -141,7 +141,8 @@ def test_a_traffic_replay_that_fell_behind_names_the_client() -> None:
 def test_failures_name_errors_or_the_network() -> None:
     m = recorded() | {"status": "failed", "metrics": {}}
     m["error"] = (
-        "aiohttp.ClientConnectorError: Cannot connect to host 127.0.0.1:8000 [Connection refused]\nmore"
+        "aiohttp.ClientConnectorError: Cannot connect to host 127.0.0.1:8000 "
+        "[Connection refused]\nthe traceback's other lines"
     )
     found = bn.diagnose(m)
     assert found.cause == "network"
