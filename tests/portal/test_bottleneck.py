@@ -1,0 +1,120 @@
+"""What limited each point (issue 26, item 4) where people read it: the run page, the points
+download, the API's measurements and ``servebench results``.
+
+Data: the real tiny-model vLLM point measured on this project's CPU machines
+(``data/tiny-vllm-c8-point.json``) stored through the real ingestion service at four
+concurrencies: as recorded (other processes took its cores), with the peaks a tiny KV cache
+leaves (preemptions), with those of ``max_num_seqs: 1`` (one running, the rest waiting),
+and with a saturated client's CPU time; and one point that failed on the network.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+from energydata import cpu_point, ingest
+
+from portal.benchmarks import documents
+from servebench import render
+
+pytestmark = pytest.mark.django_db
+
+
+def _at(body: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    body["point"] |= {
+        "key": f"concurrency:max_concurrency={concurrency}",
+        "value": float(concurrency),
+        "max_concurrency": concurrency,
+    }
+    return body
+
+
+@pytest.fixture
+def run(make_run: Any, spec_dict: Any) -> Any:
+    spec = spec_dict(
+        workload={"input_len": 128, "output_len": 32, "num_prompts": 48, "num_warmups": 1},
+        sweeps=[{"name": "concurrency", "axis": "max_concurrency", "values": [2, 4, 8, 16, 32]}],
+    )
+    run = make_run(spec=spec, status="running", is_public=True)
+    base = cpu_point()
+    quiet = copy.deepcopy(base)
+    quiet["conditions"] |= {"contended": False, "reasons": [], "others_cpu_s": 0.0}
+
+    client = _at(quiet, 2)
+    client["conditions"] |= {"client_cpu_s": 1.3, "client_cpu_per_wall": 0.96}
+    ingest(run, client)
+    kv = _at(quiet, 4)
+    kv["server_metrics"] |= {
+        "preemptions": 37.0, "kv_cache_usage_peak": 1.0, "num_requests_running_peak": 3.0,
+        "num_requests_waiting_peak": 1.0,
+    }  # fmt: skip
+    ingest(run, kv)
+    ingest(run, _at(base, 8))
+    queue = _at(base, 16)
+    queue["server_metrics"] |= {"num_requests_running_peak": 1.0, "num_requests_waiting_peak": 15.0}
+    ingest(run, queue)
+    failed = _at(base, 32) | {"status": "failed", "metrics": {}}
+    failed["error"] = (
+        "aiohttp.ClientConnectorError: Cannot connect to host 127.0.0.1:8000 "
+        "[Connection refused]\nTraceback (most recent call last): ..."
+    )
+    ingest(run, failed)
+    return run
+
+
+EXPECTED = {
+    "concurrency:max_concurrency=2": "client",
+    "concurrency:max_concurrency=4": "kv-capacity",
+    "concurrency:max_concurrency=8": "cpu/scheduler",
+    "concurrency:max_concurrency=16": "scheduler-queue",
+    "concurrency:max_concurrency=32": "network",
+}
+
+
+def test_the_points_download_names_what_limited_each_point(run: Any) -> None:
+    client = Client()
+    points = json.loads(client.get(f"/runs/{run.public_id}/points.json").content)["points"]
+    assert {p["point"]: p["limited_by"] for p in points} == EXPECTED
+    by_point = {p["point"]: p["limited_by_evidence"] for p in points}
+    assert "37 preemptions" in by_point["concurrency:max_concurrency=4"]
+    assert (
+        "ran at most 1 requests at once while up to 15 waited"
+        in (by_point["concurrency:max_concurrency=16"])
+    )
+    csv = client.get(f"/runs/{run.public_id}/points.csv").content.decode()
+    assert "limited_by,limited_by_evidence" in csv.splitlines()[0]
+
+
+def test_the_run_page_says_what_limited_each_point(run: Any) -> None:
+    page = Client().get(run.get_absolute_url())
+    html = page.content.decode()
+    assert 'id="limits"' in html and "What limited each point" in html
+    for row in page.context["summary_rows"]:
+        assert row.point.bottleneck.cause == EXPECTED[row.point.point_key]
+    assert 'data-cause="kv-capacity"' in html and "The KV cache ran out: 37 preemptions" in html
+    assert "other processes used 1.58 CPUs of the 2 cores" in html
+
+
+def test_the_api_gives_each_measurement_its_cause_and_evidence(run: Any) -> None:
+    body = Client().get(f"/api/v1/runs/{run.public_id}/").json()
+    limits = {m["point_key"]: m["limited_by"] for m in body["measurements"]}
+    assert {k: v["cause"] for k, v in limits.items()} == EXPECTED
+    # Who does not manage the run reads the failure's first line only.
+    failed = limits["concurrency:max_concurrency=32"]["sentence"]
+    assert "[Connection refused]" in failed and "Traceback" not in failed
+    assert "0.96 CPU-seconds per second" in limits["concurrency:max_concurrency=2"]["sentence"]
+
+
+def test_servebench_results_lists_what_limited_each_measurement(run: Any) -> None:
+    text = render.results_table(documents.result_document(run))
+    lines = text.split("limited by:\n", 1)[1].splitlines()
+    assert lines[0].startswith("  vllm concurrency:max_concurrency=2 #0: client. ")
+    assert any(
+        "concurrency:max_concurrency=16 #0: scheduler-queue. The scheduler ran at most 1" in line
+        for line in lines
+    )
