@@ -27,7 +27,7 @@ and context length, the workload, every vLLM server flag, the image and its dige
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,6 +284,44 @@ class Comparison:
             out.append({"metric": metric, "order": order})
         return out
 
+    def limits(self, i: int) -> Counter[str]:
+        """What limited run ``i``'s load points (``runners.bottleneck``), cause -> points."""
+        found: Counter[str] = Counter()
+        for p in self.columns[i].points.values():
+            if p.backend_kind in ("vllm", "endpoint") and (limit := p.bottleneck):
+                found[limit.cause] += 1
+        return found
+
+    def why_winner(self, key: str = "output_throughput") -> str | None:
+        """Why the first of the ranking on ``key`` wins: what limited its points against
+        what limited the runner-up's (``limits``); None without a ranking on ``key``."""
+        rank = next((r for r in self.ranking() if r["metric"].key == key), None)
+        if rank is None:
+            return None
+        (first, _), (second, _) = rank["order"][:2]
+
+        def ranked(i: int) -> list[tuple[str, int]]:
+            # most points first; on a tie a known cause before "unknown"
+            found = self.limits(i)
+            return sorted(found.items(), key=lambda item: (-item[1], item[0] == "unknown"))
+
+        def said(i: int) -> str:
+            causes = ranked(i)
+            total = sum(n for _, n in causes)
+            if not total:
+                return "not known (no load point was diagnosed)"
+            return ", ".join(f"{c} at {n} of {total} points" for c, n in causes[:3])
+
+        name = [self.columns[i].label for i in (first, second)]
+        text = (
+            f"{name[0]} ranks first on {rank['metric'].label}; what limited its load points: "
+            f"{said(first)}; the runner-up {name[1]}'s: {said(second)}"
+        )
+        a, b = ranked(first), ranked(second)
+        if a and b and a[0][0] == b[0][0] != "unknown":
+            text += f". Both were held mostly by {a[0][0]}: the winner went faster under it"
+        return text + "."
+
     def efficiency(self) -> list[dict[str, Any]]:
         """Per comparable run: its load points as (tok/s per user, tok/s per GPU)
         (``points.efficiency``), and which of all of them are on the Pareto front."""
@@ -389,6 +427,8 @@ class Comparison:
                 for r in self.ranking()
             ],
             "environment_diff": [{"field": e.label, "values": e.values} for e in self.env_diff],
+            # why the first on output tok/s wins: what limited its points and the runner-up's
+            "ranking_why": self.why_winner(),
         }
 
 

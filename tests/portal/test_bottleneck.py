@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 import pytest
+import webdata
 from django.test import Client
 from energydata import cpu_point, ingest
 
@@ -117,4 +118,28 @@ def test_servebench_results_lists_what_limited_each_measurement(run: Any) -> Non
     assert any(
         "concurrency:max_concurrency=16 #0: scheduler-queue. The scheduler ran at most 1" in line
         for line in lines
+    )
+
+
+def test_the_configuration_ranking_says_what_limited_the_winner_and_the_runner_up(
+    make_user: Any,
+) -> None:
+    owner = make_user("alice")
+    fast = webdata.make_sweep_run(owner, [1, 2, 4, 8], peak=4000.0, name="fast")
+    slow = [
+        webdata.make_sweep_run(owner, [1, 2, 4, 8], seed=i, peak=1500.0, preempt_from=4)
+        for i in (2, 3)
+    ]
+    ids = ",".join(r.public_id for r in (slow[0], fast, slow[1]))
+    client = Client()
+    client.force_login(owner)
+    html = client.get(f"/compare/?runs={ids}&reference={slow[0].public_id}").content.decode()
+    why = html.split('id="ranking-why">', 1)[1].split("</p>", 1)[0]
+    assert why.startswith(f"Why: fast ({fast.short_id}) ranks first on Output tok/s")
+    assert "what limited its load points: unknown at 4 of 4 points" in why
+    assert ": kv-capacity at 2 of 4 points, unknown at 2 of 4 points." in why
+    api = client.get(f"/api/v1/compare/?runs={ids}&reference={slow[0].public_id}").json()
+    assert api["ranking_why"].startswith(f"fast ({fast.short_id}) ranks first")
+    assert api["ranking_why"].endswith(
+        "'s: kv-capacity at 2 of 4 points, unknown at 2 of 4 points."
     )

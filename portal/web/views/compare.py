@@ -147,6 +147,7 @@ def comparison_part(
     so a cached one is cheap to read back (a ``Comparison`` of 8 runs x 20 points takes
     ~30 ms to unpickle, ~40x its rendered HTML)."""
     order = tables.column_order(len(comparison.columns), comparison.baseline)
+    ranked = sum(c.comparable for c in comparison.columns) >= 3  # a ranking of three or more
     metrics = list({r.metric.key: r.metric for r in comparison.rows}.values())
     output, ttft = comparison.headline(), comparison.headline("p99_ttft_ms")
     headline = [
@@ -181,8 +182,9 @@ def comparison_part(
             }
             for r in comparison.ranking()
         ]
-        if sum(c.comparable for c in comparison.columns) >= 3
+        if ranked
         else [],
+        "ranking_why": comparison.why_winner() if ranked else None,
         "threshold": engine.DEFAULT_THRESHOLD,
         "min_history": engine.MIN_HISTORY,
         "columns": [comparison.columns[i] for i in order],
