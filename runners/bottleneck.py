@@ -269,7 +269,11 @@ def diagnose(
         )
 
     # 6. The GPU itself.
-    if gpu_util is None:
+    ttft = _num(metrics.get("mean_ttft_ms"))
+    e2el = _num(metrics.get("mean_e2el_ms"))
+    share = ttft / e2el if ttft is not None and e2el else None
+    bound = roofline_fraction is not None and roofline_fraction >= ROOFLINE_BOUND
+    if gpu_util is None and not bound:
         if kind not in _SERVED:
             why = "an in-process baseline has no server gauges and no GPU utilisation"
         elif not server or not server.get("samples"):
@@ -284,7 +288,7 @@ def diagnose(
             seen.append(f"the KV cache peaked at {_pct(kv)}")
         said = f"; {', '.join(seen)}, no preemptions" if server.get("samples") else ""
         return Bottleneck("unknown", f"Unknown: {why}{said}.")
-    if gpu_util < GPU_IDLE:
+    if gpu_util is not None and gpu_util < GPU_IDLE:
         return Bottleneck(
             "client",
             f"The GPU was busy only {_pct(gpu_util)} of the time and no request waited: the "
@@ -292,32 +296,29 @@ def diagnose(
             + (f", {rate:g} req/s" if rate else "")
             + ") did not fill it.",
         )
-    ttft = _num(metrics.get("mean_ttft_ms"))
-    e2el = _num(metrics.get("mean_e2el_ms"))
-    share = ttft / e2el if ttft is not None and e2el else None
-    busy = gpu_util >= GPU_BUSY
+    busy = gpu_util is not None and gpu_util >= GPU_BUSY
     if busy and share is not None and share >= PREFILL_SHARE:
+        assert gpu_util is not None
         return Bottleneck(
             "compute-prefill",
             f"Prefill: the GPU was busy {_pct(gpu_util)} of the time and the first token "
             f"took {_pct(share)} of each request's time (prompt {point.get('input_len')} "
             "tokens).",
         )
-    bound = roofline_fraction is not None and roofline_fraction >= ROOFLINE_BOUND
     if busy or bound:
-        roof = (
-            f"; decode reached about {_pct(roofline_fraction)} of the memory-bandwidth "
-            "roofline (an estimate)"
-            if roofline_fraction is not None
-            else ""
-        )
+        said = [f"the GPU was busy {_pct(gpu_util)} of the time"] if gpu_util is not None else []
+        if share is not None:
+            said.append(f"decode took {_pct(1 - share)} of each request's time")
+        if roofline_fraction is not None:
+            said.append(
+                f"decode reached about {_pct(roofline_fraction)} of the memory-bandwidth "
+                "roofline (an estimate)"
+            )
         return Bottleneck(
             "memory-bandwidth-decode (estimate)",
-            f"Decode, bound by memory bandwidth (an estimate): the GPU was busy "
-            f"{_pct(gpu_util)} of the time and decode took "
-            + (f"{_pct(1 - share)} of each request's time" if share is not None else "the rest")
-            + f"{roof}.",
+            "Decode, bound by memory bandwidth (an estimate): " + "; ".join(said) + ".",
         )
+    assert gpu_util is not None
     return Bottleneck(
         "unknown",
         f"Unknown: the GPU was busy {_pct(gpu_util)} of the time (neither idle nor "

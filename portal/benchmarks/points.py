@@ -205,15 +205,19 @@ class PointStats:
     requests: dict[str, Uncertainty] = field(default_factory=dict)
     samples: int = 0  # requests per repeat, when the per-request samples were read
     ids: list[int] = field(default_factory=list)  # the succeeded measurements' ids
-    # What limited each repeat (``runners.bottleneck``), failed repeats included.
-    limits: list[bn.Bottleneck] = field(default_factory=list)
+    # Each repeat's facts as ``runners.bottleneck.diagnose`` reads them (``bottleneck_facts``),
+    # failed repeats included; and the decode roofline fraction where the capacity panel
+    # computed one (GPU runs of a known GPU: ``attach_roofline``).
+    facts: list[dict[str, Any]] = field(default_factory=list)
+    roofline_fraction: float | None = None
 
     @property
     def bottleneck(self) -> bn.Bottleneck | None:
         """What limited the point over its repeats (``runners.bottleneck.combine``):
         succeeded repeats decide when there are any."""
-        ok = [b for b in self.limits if b.cause not in ("errors", "network")]
-        return bn.combine(ok if self.repeats and ok else self.limits)
+        found = [bn.diagnose(f, roofline_fraction=self.roofline_fraction) for f in self.facts]
+        ok = [b for b in found if b.cause not in ("errors", "network")]
+        return bn.combine(ok if self.repeats and ok else found)
 
     def uncertainty(self, key: str) -> Uncertainty | None:
         """How well ``key`` is known: a t interval over the repeats when there are
@@ -538,7 +542,7 @@ def aggregate(
                 concurrency=m.concurrency,
                 num_prompts=m.num_prompts,
             )
-        point.limits.append(bn.diagnose(bottleneck_facts(m)))
+        point.facts.append(bottleneck_facts(m))
         if m.status != "succeeded":
             point.failed += 1
             if m.error and len(point.errors) < 3:
@@ -658,6 +662,16 @@ def attach_request_intervals(results: RunResults, confidence: float = 0.95) -> N
 LOAD_AXES = ("max_concurrency", "request_rate")
 PARETO_LATENCY = "p99_ttft_ms"
 PARETO_THROUGHPUT = "output_throughput"
+
+
+def attach_roofline(series: Series | None, roofline: Iterable[Any]) -> None:
+    """Each point of ``series`` (the capacity panel's concurrency sweep) gets the decode
+    roofline fraction the panel computed at its x (``runners.roofline.RooflinePoint``)."""
+    if series is None:
+        return
+    by_x = {r.x: r.fraction for r in roofline}
+    for p in series.points:
+        p.roofline_fraction = by_x.get(p.x)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:

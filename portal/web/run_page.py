@@ -182,6 +182,9 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
             gpu_name=run.gpu_name,
         )
     )
+    if plan is not None:  # decode-bound points cite the roofline (an estimate)
+        concurrency = next((s for s in results.series() if s.axis == "max_concurrency"), None)
+        pts.attach_roofline(concurrency, plan.roofline)
     budget = pts.default_ttft_budget(results, view.spec)
     budget_ms = budget[0] if budget else None
     headings = tables.summary_headings(results)

@@ -143,3 +143,25 @@ def test_the_configuration_ranking_says_what_limited_the_winner_and_the_runner_u
     assert api["ranking_why"].endswith(
         "'s: kv-capacity at 2 of 4 points, unknown at 2 of 4 points."
     )
+
+
+def test_on_a_known_gpu_decode_bound_points_cite_the_roofline_as_an_estimate(
+    make_user: Any,
+) -> None:
+    run = webdata.make_sweep_run(make_user(), [1, 4, 16], running=0.75)
+    client = Client()
+    client.force_login(run.owner)
+    page = client.get(run.get_absolute_url())
+    fractions = {r.x: r.fraction for r in page.context["capacity"].roofline}
+    rows = [r.point for r in page.context["summary_rows"] if r.point.axis == "max_concurrency"]
+    assert [p.roofline_fraction for p in rows] == [fractions[p.x] for p in rows]
+    bound = [p for p in rows if p.roofline_fraction >= 0.5]
+    assert bound, fractions  # the recorded latencies on an H100's bandwidth
+    for p in bound:
+        limit = p.bottleneck
+        assert limit.cause == "memory-bandwidth-decode (estimate)"
+        assert f"about {p.roofline_fraction:.0%} of the memory-bandwidth roofline" in (
+            limit.sentence
+        )
+    html = page.content.decode()
+    assert "memory-bandwidth-decode (estimate)" in html and "(an estimate)" in html
