@@ -127,6 +127,11 @@ def _n(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
 
 
+def _requests(x: float) -> str:
+    """'1 request', '7 requests'."""
+    return f"{_n(x)} request" + ("" if x == 1 else "s")
+
+
 def _first_line(text: str) -> str:
     line = next((s.strip() for s in text.splitlines() if s.strip()), "")
     return line if len(line) <= 240 else line[:237] + "..."
@@ -182,7 +187,7 @@ def diagnose(
             "kv-capacity",
             f"The KV cache ran out: {_n(preemptions)} preemptions"
             + (f", usage peaked at {_pct(kv)}" if kv is not None else "")
-            + (f", up to {_n(waiting)} requests waited" if waiting else "")
+            + (f", up to {_requests(waiting)} waited" if waiting else "")
             + ".",
         )
     if kv is not None and kv >= KV_FULL and waiting:
@@ -209,7 +214,7 @@ def diagnose(
         assert waiting is not None and running_peak is not None
         return Bottleneck(
             "scheduler-queue",
-            f"The scheduler ran at most {_n(running_peak)} requests at once while up to "
+            f"The scheduler ran at most {_requests(running_peak)} at once while up to "
             f"{_n(waiting)} waited, of the {_n(in_flight)} the client kept in flight, "
             + (f"with the KV cache at most {_pct(kv)} full" if kv is not None else "")
             + ": a batch limit (max_num_seqs, max_num_batched_tokens), not memory, held them.",

@@ -36,7 +36,7 @@ def test_the_points_download_names_what_limited_each_point(run: Any) -> None:
     by_point = {p["point"]: p["limited_by_evidence"] for p in points}
     assert "37 preemptions" in by_point["concurrency:max_concurrency=4"]
     assert (
-        "ran at most 1 requests at once while up to 15 waited"
+        "ran at most 1 request at once while up to 15 waited"
         in (by_point["concurrency:max_concurrency=16"])
     )
     csv = client.get(f"/runs/{run.public_id}/points.csv").content.decode()

@@ -90,7 +90,7 @@ def test_max_num_seqs_1_under_concurrency_8_names_the_scheduler_queue() -> None:
     m["server_metrics"] |= {"num_requests_running_peak": 1.0, "num_requests_waiting_peak": 7.0}
     found = bn.diagnose(m)
     assert found.cause == "scheduler-queue"
-    assert "ran at most 1 requests at once while up to 7 waited, of the 8" in found.sentence
+    assert "ran at most 1 request at once while up to 7 waited, of the 8" in found.sentence
     assert "KV cache at most 0.1% full" in found.sentence
 
 

@@ -47,7 +47,7 @@ def test_max_num_seqs_1_under_concurrency_8_names_the_scheduler_queue(tiny_model
     assert (server_metrics.num_requests_waiting_peak or 0) >= 2
     found = bottleneck.diagnose(m.model_dump(mode="json"))
     assert found.cause == "scheduler-queue", found
-    assert found.sentence.startswith("The scheduler ran at most 1 requests at once while up to ")
+    assert found.sentence.startswith("The scheduler ran at most 1 request at once while up to ")
     # The load generator's own CPU over the requests' window: measured, and at most a core
     # and a bit (one asyncio thread, plus the tokenizer's).
     cpu = m.conditions["client_cpu_per_wall"]
