@@ -29,8 +29,9 @@ a ``Bottleneck``: a ``cause`` and a sentence quoting the numbers that decided it
 - ``compute-prefill``: the GPU busy (``gpu_util`` at ``GPU_BUSY`` or more) and the first
   token taking ``PREFILL_SHARE`` of each request's time or more.
 - ``memory-bandwidth-decode (estimate)``: the GPU busy and decode taking most of each
-  request's time; with the decode roofline fraction (``runners.roofline``, itself an
-  estimate) when the caller computed it.
+  request's time, or a decode roofline fraction (``runners.roofline``, itself an
+  estimate) of ``ROOFLINE_BOUND`` or more, which the sentence quotes when the caller
+  computed it (the portal does, for known GPUs).
 - ``unknown``: the evidence is missing: a CPU run has no GPU utilisation, an HF baseline
   or an endpoint without ``/metrics`` has no server gauges. The sentence says which.
 
@@ -41,7 +42,8 @@ the client as the server saw it; the GPU. Peaks are sampled at 10 Hz
 (``runners.server_metrics``), so a queue shorter than 0.1 s can be missed: no rule fires
 on a sample it did not see.
 
-Never imports Django: the portal (points, pages, API), the CLI and the runner use it.
+Never imports Django: the portal (points, pages, API, compare's ranking) and the CLI
+(``servebench results``) use it, on the same keys a result document holds.
 """
 
 from __future__ import annotations
