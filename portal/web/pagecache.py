@@ -31,7 +31,7 @@ from django.core.cache.backends.redis import RedisCache
 log = logging.getLogger(__name__)
 
 ALIAS = "pages"
-VERSION = 1
+VERSION = 2  # 2: the reference picker, production traffic and "limited by" (this wave)
 TIMEOUT_SECONDS = 24 * 3600  # a day: memory comes back for runs nobody reads any more
 
 T = TypeVar("T")
