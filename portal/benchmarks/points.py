@@ -139,7 +139,7 @@ def measurement_values(
         value = getattr(m, column, None)
         if value is not None:
             values[column] = float(value)
-    server = {} if "server_metrics" in m.get_deferred_fields() else m.server_metrics or {}
+    server = {} if "server_metrics" in deferred_fields(m) else m.server_metrics or {}
     for key in SERVER_FACTS:
         value = server.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -482,13 +482,21 @@ def facts_of(row: Mapping[str, Any], conditions: Any = None, raw: Any = None) ->
     }
 
 
+def deferred_fields(m: Any) -> set[str]:
+    """The fields a query deferred on a model row (none for another object with the same
+    fields, such as a test's or a document's row)."""
+    of = getattr(m, "get_deferred_fields", None)
+    return of() if callable(of) else set()
+
+
 def bottleneck_facts(m: Measurement) -> dict[str, Any]:
-    """``facts_of`` a model row; fields a query deferred count as not recorded, so no
-    extra query is made."""
-    deferred = m.get_deferred_fields()
+    """``facts_of`` a row (a model instance, or any object with its fields); fields a
+    query deferred, or the object does not have, count as not recorded, so no extra query
+    is made."""
+    deferred = deferred_fields(m)
 
     def loaded(name: str) -> Any:
-        return None if name in deferred else getattr(m, name)
+        return None if name in deferred else getattr(m, name, None)
 
     row = {name: loaded(name) for name in _FACT_COLUMNS}
     return facts_of(row, loaded("conditions"), loaded("raw"))

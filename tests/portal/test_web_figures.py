@@ -45,6 +45,9 @@ def m(backend, kind, sweep, axis, value, repeat, out, p99_ttft=100.0, status="su
         kv_cache_usage_peak=cols.get("kv"),
         gpu_memory_peak_bytes=None,
         prefix_cache_hit_rate=None,
+        server_metrics={},
+        conditions={},
+        raw={},
     )
 
 
