@@ -144,8 +144,11 @@ def test_exit_text_names_the_code_or_the_signal(code, text):
 
 
 def ignore_sigint() -> None:
-    """What a shell's background job or some CI harnesses leave a child: SIGINT ignored."""
+    """What a shell's background job or some CI harnesses leave a child: SIGINT ignored.
+    SIGHUP as a terminal leaves it, whatever this test session was started under (under
+    ``nohup`` it is ignored, on purpose, and the runner then rightly keeps ignoring it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def running(pid: int, needle: str) -> bool:

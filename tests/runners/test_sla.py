@@ -168,7 +168,12 @@ def test_a_rate_search_sends_at_that_rate_without_a_concurrency_cap():
 @pytest.mark.parametrize(
     ("search", "extra", "field", "words"),
     [
-        ({**RATE, "slo": {"p95_ttft_ms": 1}}, {}, "sla_search.slo.p95_ttft_ms", "not a latency"),
+        (
+            {**RATE, "slo": {"p95_ttft_ms": 1}},
+            {},
+            "sla_search.slo.p95_ttft_ms",
+            "did you mean 'p99_ttft_ms'",
+        ),
         ({**RATE, "low": 64, "high": 1}, {}, "sla_search.high", "above low"),
         ({**RATE, "axis": "max_concurrency", "low": 1.5}, {}, "sla_search.low", "whole number"),
         ({**RATE, "backends": ["nope"]}, {}, "sla_search.backends.0", "not a vllm or endpoint"),
