@@ -428,7 +428,7 @@ class ResultsFixtures:
     @property
     def targets(self) -> list[tuple[str, str, str]]:
         ids = ",".join(self.compare_ids)
-        compare = f"runs={ids}&baseline={self.compare_ids[0]}"
+        compare = f"runs={ids}&reference={self.compare_ids[0]}"
         history = f"metric=output_throughput&point={self.point}&backend=vllm"
         return [
             ("web compare page", "web", f"/compare/?{compare}"),

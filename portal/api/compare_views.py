@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -30,7 +32,17 @@ from portal.benchmarks import compare as cmp
 from portal.benchmarks import history as hist
 from portal.benchmarks import queries
 from portal.benchmarks.models import Run
+from portal.web import pagecache
+from portal.web.views import compare as compare_page
+from portal.web.views import history as history_page
 from servebench import verdict
+
+
+def _json(body: bytes) -> HttpResponse:
+    """An answer rendered once (``JSONRenderer``, as a ``Response`` renders it) and kept
+    in the pages cache: a finished comparison or history is served without recomputing
+    its verdicts or re-encoding it."""
+    return HttpResponse(body, content_type="application/json")
 
 
 class Compare(APIView):
@@ -73,11 +85,21 @@ class Compare(APIView):
             raise ApiError(
                 400, "invalid_parameter", str(exc), [{"field": exc.field, "message": str(exc)}]
             ) from None
+        runs = {
+            r.public_id: r for r in queries.visible_runs(request.user).filter(public_id__in=ids)
+        }
+        key = None
+        if len(runs) == len(ids) and baseline in runs:
+            ordered = [runs[i] for i in ids]
+            key = compare_page.cache_key("compare-api", request.user, ordered, runs[baseline])
+
+        def build() -> bytes:
+            return JSONRenderer().render(cmp.compare(request.user, ids, baseline).as_dict())
+
         try:
-            comparison = cmp.compare(request.user, ids, baseline)
+            return _json(pagecache.get_or_build(key, build))
         except Run.DoesNotExist as exc:
             raise ApiError(404, "not_found", f"{exc}; check the ids, or sign in") from None
-        return Response(comparison.as_dict())
 
 
 class History(APIView):
@@ -109,14 +131,24 @@ class History(APIView):
         params = request.query_params
         if params.get("point") == "*":
             return Response(self._noise(request))
+        fingerprint = params.get("fingerprint", "")
+        metric = params.get("metric") or "output_throughput"
+        point, backend = params.get("point") or None, params.get("backend") or None
+        key = None
+        if hist.FINGERPRINT_RE.match(fingerprint):
+            try:
+                key = history_page.cache_key(
+                    request.user, fingerprint, metric, point, backend, kind="history-api"
+                )
+            except Http404:  # none visible: built below, which answers why
+                key = None
+
+        def build() -> bytes:
+            found = hist.history(request.user, fingerprint, metric, point, backend)
+            return JSONRenderer().render(found.as_dict())
+
         try:
-            history = hist.history(
-                request.user,
-                params.get("fingerprint", ""),
-                params.get("metric") or "output_throughput",
-                params.get("point") or None,
-                params.get("backend") or None,
-            )
+            return _json(pagecache.get_or_build(key, build))
         except hist.HistoryError as exc:
             raise ApiError(
                 400, "invalid_parameter", str(exc), [{"field": exc.field, "message": str(exc)}]
@@ -125,7 +157,6 @@ class History(APIView):
             raise ApiError(
                 404, "not_found", "no run with this fingerprint that you can see"
             ) from None
-        return Response(history.as_dict())
 
     def _noise(self, request: Request) -> dict[str, Any]:
         params = request.query_params

@@ -177,6 +177,9 @@ class Run(models.Model):
         indexes = [
             # Runs list, "my runs": WHERE owner_id = %s ORDER BY created_at DESC.
             models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
+            # A run page's re-runs (reproduce.reruns_of): WHERE name = %s AND owner_id = %s
+            # ORDER BY created_at, id; without it, a scan of all the owner's runs.
+            models.Index(fields=["owner", "name", "created_at"], name="run_owner_name_created"),
             # Runs list for everyone else: WHERE is_public ORDER BY created_at DESC.
             models.Index(
                 fields=["-created_at"], condition=Q(is_public=True), name="run_public_created"

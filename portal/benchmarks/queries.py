@@ -252,18 +252,24 @@ def current(measurements: QuerySet[Measurement]) -> QuerySet[Measurement]:
     1. The SQL form of ``runners.sla.superseded``, for aggregates over many runs that
     parse no spec; ingestion stores repeat 1 of a search load only as the confirmation of
     a miss at repeat 0, so the sibling's existence is the whole rule. One EXISTS over the
-    (run, backend, point_key, repeat) unique index."""
-    confirmed = Measurement.objects.filter(
-        run_id=OuterRef("run_id"),
-        backend=OuterRef("backend"),
-        point_key=OuterRef("point_key"),
-        repeat=1,
-    )
+    (run, backend, point_key, repeat) unique index; the run's spec is read inside it, for
+    the rare sibling found, so the outer query joins no run (a join made the planner hash
+    every run in the table, growing with it)."""
     search = Coalesce(
         KeyTextTransform("name", KeyTransform("sla_search", "run__spec")),
         Value(""),
         output_field=TextField(),
     )
-    return measurements.alias(_search=search).exclude(
-        Q(repeat=0) & ~Q(_search="") & Q(sweep=F("_search")) & Exists(confirmed)
+    confirmed = (
+        Measurement.objects.filter(
+            run_id=OuterRef("run_id"),
+            backend=OuterRef("backend"),
+            point_key=OuterRef("point_key"),
+            sweep=OuterRef("sweep"),
+            repeat=1,
+        )
+        .alias(_search=search)
+        .filter(sweep=F("_search"))
+        .exclude(_search="")
     )
+    return measurements.exclude(Q(repeat=0) & Exists(confirmed))

@@ -114,6 +114,33 @@ def test_the_list_filters_and_shows_only_visible_runs(make_run: Any, make_user: 
     assert bad.status_code == 200 and "unknown status" in bad.content.decode()
 
 
+def test_a_list_row_shows_labels_progress_gpu_backends_and_escapes_names(
+    make_run: Any,
+) -> None:
+    """The rows are rendered in Python (portal.web.run_rows): every cell, escaped."""
+    from portal.benchmarks.models import Baseline
+
+    run = make_run(
+        name='<b>"x"</b>',
+        status=RunStatus.RUNNING,
+        progress_done=2,
+        gpu_name="NVIDIA L4",
+        gpu_count=2,
+    )
+    Baseline.objects.create(run=run, label="main")
+    html = signed_in(run.owner).get("/runs/").content.decode()
+    row = html[html.index(f'value="{run.public_id}"') :].split("</tr>")[0]
+    assert "&lt;b&gt;&quot;x&quot;&lt;/b&gt;" in row and '<b>"x"</b>' not in row
+    assert f'href="{run.get_absolute_url()}"' in row and run.short_id in row
+    assert 'title="label: latest:main finds it">main</span>' in row
+    assert '<span class="badge running">Running</span>' in row
+    assert f"2/{run.progress_total}</span>" in row
+    assert "NVIDIA L4 \N{MULTIPLICATION SIGN}2" in row
+    assert f"<td>{', '.join(run.backend_display)}</td>" in row
+    assert f"<td>{run.owner.get_username()}</td>" in row and " ago</td>" in row
+    assert '<td class="num">—</td>' in row  # nothing measured yet
+
+
 def test_the_form_needs_a_signed_in_user() -> None:
     response = Client().get("/runs/new/")
     assert response.status_code == 302 and "/login/" in response["Location"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
+
+from portal.web.run_rows import run_rows as render_run_rows
 
 register = template.Library()
 
@@ -43,3 +47,9 @@ def ibytes(value: float | None) -> str:
             return f"{size:,.0f} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
         size /= 1024
     return f"{size:,.1f} TiB"
+
+
+@register.simple_tag
+def run_rows(runs: Any, selectable: bool = False) -> str:
+    """The runs table's rows (``portal.web.run_rows``)."""
+    return render_run_rows(runs, bool(selectable))

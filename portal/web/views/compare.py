@@ -81,6 +81,21 @@ def _series_stamp(user: AbstractBaseUser | AnonymousUser, base: Run) -> tuple[in
     return found["n"], found["last"]
 
 
+def cache_key(
+    kind: str, user: AbstractBaseUser | AnonymousUser, ordered: list[Run], base: Run
+) -> str | None:
+    """The pages-cache key of the comparison of ``ordered`` against ``base`` for ``user``
+    (``kind``: the web page's rendered part, or the API's answer), None while a run is
+    unfinished (not cached then): each run's ``updated_at`` and the series' stamp."""
+    if not pagecache.all_final(ordered):
+        return None
+    stamp = _series_stamp(user, base)
+    who = user.pk if user.is_authenticated else "anon"
+    changed = [r.updated_at for r in ordered]
+    ids = [r.public_id for r in ordered]
+    return pagecache.key(kind, who, ids, base.public_id, changed, stamp)
+
+
 @require_GET
 def compare_page(request: HttpRequest) -> HttpResponse:
     chosen = [r for r in request.GET.getlist("runs") if r.strip(", ")]
@@ -110,12 +125,7 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     if given != ([",".join(full)], baseline, 2):
         return redirect(canonical)
     ordered = [runs[i] for i in full]
-    key = None
-    if pagecache.all_final(ordered):
-        stamp = _series_stamp(request.user, runs[baseline])
-        who = request.user.pk if request.user.is_authenticated else "anon"
-        changed = [r.updated_at for r in ordered]
-        key = pagecache.key("compare", who, full, baseline, changed, stamp)
+    key = cache_key("compare", request.user, ordered, runs[baseline])
     fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
 
     def build() -> dict[str, Any]:

@@ -44,22 +44,24 @@ def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[in
     return found["n"], found["last"], found["active"]
 
 
-def _key(
+def cache_key(
     user: AbstractBaseUser | AnonymousUser,
     fingerprint: str,
     metric: str,
     point: str | None,
     backend: str | None,
+    kind: str = "history",
 ) -> str | None:
-    """The history's pages-cache key for this reader, None while a run of the series it
-    sees is in flight (not cached then); Http404 when it sees none."""
+    """The history's pages-cache key for this reader (``kind``: the web page's rendered
+    part, or the API's answer), None while a run of the series it sees is in flight (not
+    cached then); Http404 when it sees none."""
     count, last, active = _stamp(user, fingerprint)
     if not count:
         raise Http404("No run with this fingerprint that you can see.")
     if active:
         return None
     who = user.pk if user.is_authenticated else "anon"
-    return pagecache.key("history", who, fingerprint, metric, point, backend, count, last)
+    return pagecache.key(kind, who, fingerprint, metric, point, backend, count, last)
 
 
 def _part(
@@ -71,7 +73,7 @@ def _part(
     fresh: dict[str, Any],
     key: str | None,
 ) -> dict[str, Any]:
-    """The rendered history body, from the pages cache under ``key`` (``_key``); ``fresh``
+    """The rendered history body, from the pages cache under ``key`` (``cache_key``); ``fresh``
     gets the objects behind it when built here. Raises Http404 (no run the reader sees),
     hist.HistoryError (a bad parameter)."""
 
@@ -99,7 +101,7 @@ def warm(run: Run, point: str, backend: str) -> bool:
     if run.is_public:
         readers.append(AnonymousUser())
     for reader in readers:
-        key = _key(reader, run.fingerprint, "output_throughput", point, backend)
+        key = cache_key(reader, run.fingerprint, "output_throughput", point, backend)
         if key is None:
             return False
         _part(reader, run.fingerprint, "output_throughput", point, backend, {}, key)
@@ -115,7 +117,7 @@ def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
         raise Http404("No run with this fingerprint that you can see.")
     fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
     try:
-        key = _key(request.user, fingerprint, metric, point, backend)
+        key = cache_key(request.user, fingerprint, metric, point, backend)
         part = _part(request.user, fingerprint, metric, point, backend, fresh, key)
     except hist.HistoryError as exc:
         context = {"error": f"{exc.field}: {exc}", "fingerprint": fingerprint}
