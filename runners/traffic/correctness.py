@@ -25,13 +25,12 @@ other: a faster configuration that changes the answers shows as a regression.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runners.spec import Spec
-from runners.traffic.traces import TraceError
+from runners.traffic.traces import TraceError, jsonl_lines
 
 if TYPE_CHECKING:
     from runners.traffic.client import Client, Target
@@ -49,16 +48,7 @@ def eval_items(spec: Spec) -> list[dict[str, Any]]:
     if not path.is_file():
         raise TraceError(f"the eval file {c.eval_file} does not exist on the runner's machine")
     items = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path.name} line {n}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(data, dict):
-            raise TraceError(f"{where}: each line is an object")
+    for where, data in jsonl_lines(path):
         for key in ("prompt", "expected"):
             if not isinstance(data.get(key), str):
                 raise TraceError(f"{where}: {key!r} must be a string")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.spec import Sessions
-from runners.traffic.traces import TokenSource, TraceError
+from runners.traffic.traces import TokenSource, TraceError, jsonl_lines
 
 
 @dataclass
@@ -48,18 +48,11 @@ def _sharegpt(path: Path, sessions: Sessions) -> list[list[str]]:
 
 def _custom(path: Path, sessions: Sessions) -> list[list[str]]:
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path.name} line {n}: not JSON ({exc.msg})") from None
+    for where, data in jsonl_lines(path, shape=""):
         turns = data.get("turns") if isinstance(data, dict) else None
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
             raise TraceError(
-                f'{path.name} line {n}: each line is {{"turns": ["...", ...]}} with at '
-                "least one user message"
+                f'{where}: each line is {{"turns": ["...", ...]}} with at least one user message'
             )
         out.append(turns[: sessions.turns])
     return out

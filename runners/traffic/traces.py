@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,8 +95,10 @@ def _seconds(value: str, where: str, name: str) -> float:
         raise TraceError(f"{where}: {name} must be seconds or a date-time, not {value!r}") from None
 
 
-def _mooncake(path: Path) -> list[tuple[float, int, int, list[int]]]:
-    rows = []
+def jsonl_lines(path: Path, shape: str = "an object") -> Iterator[tuple[str, Any]]:
+    """(``"<file> line N"``, the decoded value) for each non-blank line of a JSONL file;
+    a line that is not JSON, or (``shape`` given) not an object, is a TraceError naming
+    it. ``shape=""`` leaves the value's shape to the caller."""
     with path.open() as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -105,23 +108,29 @@ def _mooncake(path: Path) -> list[tuple[float, int, int, list[int]]]:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{where}: not JSON ({exc.msg})") from None
-            if not isinstance(data, dict):
-                raise TraceError(f"{where}: each line is an object")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in data:
-                    raise TraceError(f"{where}: the field {key!r} is missing")
-            hash_ids = data.get("hash_ids") or []
-            if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
-                raise TraceError(f"{where}: hash_ids must be a list of integers")
-            at = _int(data["timestamp"], where, "timestamp") / 1000.0
-            rows.append(
-                (
-                    at,
-                    _int(data["input_length"], where, "input_length"),
-                    _int(data["output_length"], where, "output_length"),
-                    hash_ids,
-                )
+            if shape and not isinstance(data, dict):
+                raise TraceError(f"{where}: each line is {shape}")
+            yield where, data
+
+
+def _mooncake(path: Path) -> list[tuple[float, int, int, list[int]]]:
+    rows = []
+    for where, data in jsonl_lines(path):
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in data:
+                raise TraceError(f"{where}: the field {key!r} is missing")
+        hash_ids = data.get("hash_ids") or []
+        if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
+            raise TraceError(f"{where}: hash_ids must be a list of integers")
+        at = _int(data["timestamp"], where, "timestamp") / 1000.0
+        rows.append(
+            (
+                at,
+                _int(data["input_length"], where, "input_length"),
+                _int(data["output_length"], where, "output_length"),
+                hash_ids,
             )
+        )
     return rows
 
 
