@@ -74,6 +74,13 @@ class Page:
                 raise AssertionError(f"timed out after {timeout / 1000:.0f} s: {expression}")
             time.sleep(0.1)
 
+    def assert_fits(self) -> None:
+        """The page is no wider than the window (no sideways scrolling at this width)."""
+        overflow = self.page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 1, f"the page is {overflow} px wider than the window"
+
     def shot(self, name: str) -> Path:
         path = screenshot_dir() / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)

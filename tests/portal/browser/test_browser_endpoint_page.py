@@ -22,13 +22,6 @@ WIDTHS = (1280, 390)
 SEARCH_SPEC = {**SPEC, "sla_search": {**SPEC["sla_search"], "slo": {"p99_ttft_ms": 300}}}
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def _searched(make_run: Any, settings: Any) -> tuple[Run, dict[str, Any]]:
     settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
     run = make_run(spec=SEARCH_SPEC, status="running")
@@ -98,6 +91,6 @@ def test_an_endpoint_run_page_speaks_of_one_budget_and_the_runners_machine(
         for absent in ("dtype", "Model revision", "abc123", "Max model length"):
             assert absent not in text
         assert "0.40.1" in page.page.inner_text("#endpoint-facts")
-        _fits(page)
+        page.assert_fits()
         page.shot(f"run-endpoint-{width}")
     assert page.console_errors == []

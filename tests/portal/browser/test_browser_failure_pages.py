@@ -34,13 +34,6 @@ EMPTY_LOG_ERROR = (
 )
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def _no_results_offers(page: Any) -> None:
     assert page.page.locator("#rerun").count() == 0
     assert page.page.locator("#download-result, #download-csv, #download-json").count() == 0
@@ -74,7 +67,7 @@ def test_a_failed_run_names_its_cause_and_offers_only_what_exists(
         _no_results_offers(page)
         # What there is to do instead: open the spec in the form, fix it, submit again.
         assert page.page.locator("#edit-resubmit").is_visible()
-        _fits(page)
+        page.assert_fits()
         page.shot(f"run-failed-nothing-measured-{width}")
     page.page.click("#edit-resubmit")
     page.page.wait_for_load_state()
@@ -95,7 +88,7 @@ def test_a_queued_run_offers_no_rerun_download_or_charts(
         assert page.page.inner_text("#run-status") == "Queued"
         _no_results_offers(page)
         assert page.page.locator("#edit-resubmit").count() == 0
-        _fits(page)
+        page.assert_fits()
         page.shot(f"run-queued-{width}")
     assert page.console_errors == []
 

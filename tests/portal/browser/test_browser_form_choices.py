@@ -18,13 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = (1280, 390)
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def _settled(page: Any) -> None:
     page.wait_for("document.getElementById('check-status').textContent !== 'checking…'")
 
@@ -51,7 +44,7 @@ def test_backend_boxes_and_preset_yaml_show_what_the_spec_says(page: Any, newcom
         ]  # fmt: skip
         text = page.page.input_value("#id_spec_text")
         assert "\n  - 1\n  - 4\n" in text and "1.0" not in text and "- 64.0" not in text
-        _fits(page)
+        page.assert_fits()
         page.shot(f"form-all-baselines-{width}")
         # Unticking one kind removes it from the spec, and only it.
         page.page.uncheck("input[name=backends][value=hf-batched]")
@@ -71,7 +64,7 @@ def test_a_misspelt_kind_says_did_you_mean(page: Any, newcomer: Any) -> None:
         problems = page.page.inner_text("#spec-problems")
         assert "spec.backends.0.kind: 'hf-sequentail': did you mean 'hf-sequential'?" in problems
         assert "Input tag" not in problems and "expected tags" not in problems
-        _fits(page)
+        page.assert_fits()
         page.shot(f"form-did-you-mean-{width}")
 
 
@@ -97,7 +90,7 @@ def test_an_unreadable_concurrency_keeps_its_text_and_error_through_a_submit(
         page.wait_for("document.getElementById('id_spec_text').value.includes('still wrong')")
         _settled(page)
         assert "'x' is not a positive whole number" in page.page.inner_text("#concurrency-errors")
-        _fits(page)
+        page.assert_fits()
         page.shot(f"form-concurrency-kept-{width}")
 
 
@@ -118,6 +111,6 @@ def test_a_missing_local_model_directory_is_refused_at_its_field(
         page.page.wait_for_load_state()
         assert Run.objects.count() == 0
         assert "there is no directory" in page.page.inner_text("#model_id-errors")
-        _fits(page)
+        page.assert_fits()
         page.shot(f"form-missing-model-{width}")
     assert page.console_errors == []

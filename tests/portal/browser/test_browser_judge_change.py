@@ -16,13 +16,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = (1280, 390)
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def test_a_contended_pair_says_so_above_the_verdicts(page: Any, make_user: Any) -> None:
     user = make_user("gina")
     clean = run_with(user, hf_contended=False)
@@ -42,7 +35,7 @@ def test_a_contended_pair_says_so_above_the_verdicts(page: Any, make_user: Any) 
         runs = page.page.locator("#compare-runs").bounding_box()
         assert box is not None and runs is not None and box["y"] < runs["y"]
         assert "nothing in the configuration" in page.page.locator("#what-changed").inner_text()
-        _fits(page)
+        page.assert_fits()
         page.shot(f"compare-contended-{width}")
 
 
@@ -60,16 +53,16 @@ def test_labels_show_on_three_pages_and_the_owner_sets_them(page: Any, make_user
         page.page.wait_for_load_state()
         labels = page.page.locator("#labels")
         assert f"nightly-{width}" in labels.inner_text()
-        _fits(page)
+        page.assert_fits()
         page.shot(f"run-labels-{width}")
         page.goto("/runs/")
         table = page.page.locator("table").first.inner_text()
         assert "main" in table and f"nightly-{width}" in table
-        _fits(page)
+        page.assert_fits()
         page.goto(f"/history/{first.fingerprint}/")
         history = page.page.locator("#history-table").inner_text()
         assert "main" in history and f"nightly-{width}" in history
-        _fits(page)
+        page.assert_fits()
         page.shot(f"history-labels-{width}")
     # The owner removes one on the run page.
     page.goto(second.get_absolute_url())

@@ -15,13 +15,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = (1280, 390)
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def _chart_note(page: Any) -> str:
     return page.page.inner_text("#chart-concurrency-output >> xpath=.. >> figcaption")
 
@@ -68,7 +61,7 @@ def test_the_reader_picks_the_reference_and_the_url_keeps_it(page: Any, make_use
         assert "2.0x" in labels
         csv_link = page.page.get_attribute("#download-csv", "href")
         assert csv_link is not None and csv_link.endswith("?reference=vllm-eager")
-        _fits(page)
+        page.assert_fits()
         page.shot(f"run-reference-vllm-eager-{width}")
 
         # The URL keeps it: a reload (or a shared link) shows the same choice.

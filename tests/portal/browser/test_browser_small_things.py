@@ -21,13 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTHS = (1280, 390)
 
 
-def _fits(page: Any) -> None:
-    overflow = page.page.evaluate(
-        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-    )
-    assert overflow <= 1, f"the page is {overflow} px wider than the window"
-
-
 def _ticks(page: Any, chart: str) -> list[str]:
     return page.page.eval_on_selector_all(
         f"#{chart} .xtick text", "els => els.map(e => e.textContent)"
@@ -45,7 +38,7 @@ def test_a_history_reads_in_minutes_with_one_slot_per_run(page: Any, make_user: 
         page.wait_for("document.querySelector('#chart-history .xtick text')")
         ticks = _ticks(page, "chart-history")
         assert ticks == [first.created_at.strftime("%Y-%m-%d %H:%M")]  # not 14:01:13.999
-        _fits(page)
+        page.assert_fits()
         page.shot(f"history-one-run-{width}")
     # Two more runs seconds later: three markers, three slots, none on another's x.
     run_with(user, hf_contended=False)
@@ -75,7 +68,7 @@ def test_the_runs_list_shows_each_backend_once(page: Any, make_user: Any) -> Non
         page.goto("/runs/")
         cell = page.page.locator("table tbody tr").first.locator("td").nth(6).inner_text()
         assert cell == "hf-sequential, vllm, vllm-eager (vllm)"
-        _fits(page)
+        page.assert_fits()
         page.shot(f"runs-list-backends-{width}")
 
 
@@ -101,7 +94,7 @@ def test_the_tokens_page_fits_a_phone(page: Any, make_user: Any) -> None:
         page.page.click("main button[type=submit]")
         page.page.wait_for_load_state()
         assert page.page.locator("#token-value").is_visible()  # shown once, in full
-        _fits(page)
+        page.assert_fits()
         page.shot(f"tokens-new-{width}")
         revoke = page.page.locator("#token-table button").first.bounding_box()
         frame = page.page.locator("#token-table").locator("xpath=..").bounding_box()
@@ -128,7 +121,7 @@ def test_the_compare_table_shows_the_candidate_beside_the_metric(page: Any, make
         assert candidate.short_id in " ".join(texts)
         box = table.locator(f"thead th:has-text('{candidate.short_id}')").first.bounding_box()
         assert box is not None and box["x"] + box["width"] <= width + 1, (box, texts)
-        _fits(page)
+        page.assert_fits()
         table.locator("xpath=..").screenshot(
             path=str(page.shot(f"compare-{width}").with_name(f"compare-table-{width}.png"))
         )
@@ -157,7 +150,7 @@ def test_the_telemetry_toolbar_leaves_the_chart_title_alone(
             title["y"], bar["y"]
         )
         assert overlap_x <= 0 or overlap_y <= 0, (title, bar)
-        _fits(page)
+        page.assert_fits()
         page.page.locator("#telemetry-panel").screenshot(
             path=str(page.shot(f"telemetry-{width}").with_name(f"telemetry-panel-{width}.png"))
         )
