@@ -13,6 +13,7 @@ One JSON document per run (``schema_version`` 1):
       "errors": [{"where": "...", "message": "..."}],
       "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...},
       "sla_searches": [...]          # runners.sla.summarize(): answer, text, path per backend
+      "config_search": [...]         # runners.configsearch.outcomes(): state, reason per config
     }
 
 ``backend_kind`` is ``hf-sequential``, ``hf-static-cache`` or ``hf-batched`` (the HF
@@ -247,4 +248,9 @@ class ResultDocument(BaseModel):
     sla_searches: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The spec's SLA search on each backend (runners.sla.summarize).",
+    )
+    config_search: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Each configuration of a configuration search: measured, dropped or not "
+        "measured, and why (runners.configsearch.outcomes).",
     )

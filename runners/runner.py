@@ -8,6 +8,9 @@ Order matters for trust:
 3. one vLLM server per distinct server configuration, started once, all of its points
    (and repeats, then its SLA search) measured against it, then stopped, always,
    whatever happens;
+   A configuration search's configurations are such servers, in the spec's order (the
+   order its early dropping reads, ``runners.sla.gates``); each starts only while the
+   search's budget lasts (``runners.configsearch``);
 3b. endpoints (deployed servers) last, nothing of the runner's own still running: their
    points, then their SLA search;
 4. every measurement is written to ``--out`` and posted to the portal the moment it
@@ -31,6 +34,7 @@ from typing import Any
 
 from runners import __version__, causes, nvml, procs, sla
 from runners import conditions as cond
+from runners import configsearch as cs
 from runners import endpoint as ep
 from runners import hf_config as hfc
 from runners import telemetry as tm
@@ -106,6 +110,7 @@ class Runner:
         self.writer = DocumentWriter(out)
         self.total = spec.total_measurements()
         self.unstored: list[str] = []  # measurements the portal refused to store
+        self._configs_t0: float | None = None  # when the first configuration began
         self._t0 = time.monotonic()
         self.document = ResultDocument(
             runner_version=__version__,
@@ -120,6 +125,7 @@ class Runner:
         self.document.measurements.append(m)
         if self.spec.sla_search is not None:
             self.document.sla_searches = sla.summarize(self.spec, self.document.measurements)
+        self._config_outcomes(ended=False)
         self.writer.write(self.document)
         done = len(self.document.measurements)
         self.progress.measurement(done, self.total, m)
@@ -330,6 +336,34 @@ class Runner:
         if backend in self._searched([backend]):
             self._search(target, backend)
 
+    def _config_outcomes(self, ended: bool) -> None:
+        if self.spec.config_search is not None:
+            self.document.config_search = cs.outcomes(
+                self.spec,
+                self.document.measurements,
+                self.document.sla_searches,
+                cs.skipped_of(self.document.timings),
+                ended=ended,
+            )
+
+    def _config_may_start(self, backends: list[VLLMBackend]) -> bool:
+        """A configuration search's next configuration starts while its budget lasts
+        (``runners.configsearch``); one not started lowers the run's total."""
+        if self._configs_t0 is None:
+            self._configs_t0 = time.monotonic()
+        elapsed = time.monotonic() - self._configs_t0
+        why = cs.budget_reason(self.spec, self.document.measurements, elapsed)
+        if why is None:
+            return True
+        section = self.document.timings.setdefault(cs.TIMINGS_KEY, {})
+        for backend in backends:
+            section.setdefault(cs.NOT_MEASURED, {})[backend.name] = f"not measured: {why}"
+            self.total -= cs.planned_measurements(self.spec, backend.name)
+            self.progress.say(f"configuration {backend.name} not measured: {why}")
+        self._config_outcomes(ended=False)
+        self.writer.write(self.document)
+        return False
+
     # ------------------------------------------------------------------ SLA search
 
     def _searched(self, backends: list[Any]) -> list[ServedBackend]:
@@ -343,7 +377,14 @@ class Runner:
         assert search is not None
         kind = backend.kind
         steps: list[sla.Step] = []
-        while (value := sla.next_value(search, steps)) is not None:
+        # A later configuration of a configuration search starts at the leader's answer.
+        gate = sla.gates(self.spec, self.document.measurements).get(backend.name)
+        if gate is not None:
+            self.progress.say(
+                f"SLA search on {backend.name}: first at {gate.value:g}, the answer of "
+                f"the leader {gate.leader} (a miss there drops it)"
+            )
+        while (value := sla.next_value(search, steps, gate)) is not None:
             point = search_point(self.spec, value)
             repeat = sla.next_repeat(steps, value)  # 1: measured again after a miss
             if repeat:
@@ -372,7 +413,7 @@ class Runner:
                 break
         if value is None:
             self.total -= search.max_points - len(steps)
-        outcome = sla.result(self.spec, backend.name, steps, ended=value is not None)
+        outcome = sla.result(self.spec, backend.name, steps, ended=value is not None, gate=gate)
         self.progress.say(
             f"SLA search on {backend.name}: {outcome['text']} "
             f"({outcome['points_used']} of {search.max_points} points)"
@@ -382,7 +423,9 @@ class Runner:
         """The search's first point, failed: its server never started."""
         search = self.spec.sla_search
         assert search is not None
-        point = search_point(self.spec, sla.round_value(search, search.low))
+        gate = sla.gates(self.spec, self.document.measurements).get(backend.name)
+        first = gate.value if gate else sla.round_value(search, search.low)
+        point = search_point(self.spec, first)
         self._record(self._failed(backend.name, point_info(point), 0, error, backend.kind))
         self.total -= search.max_points - 1
 
@@ -398,7 +441,10 @@ class Runner:
                 for point in self.spec.points():
                     self.progress.say(f"HF baseline {batched.name} {point.key} r{repeat}")
                     self._record(self._hf(batched, repeat, point))
+        configs = set(self.spec.config_names)
         for backends in server_groups(self.spec):
+            if {b.name for b in backends} & configs and not self._config_may_start(backends):
+                continue
             self._vllm_group(backends)
         for served in self.spec.transformers_backends:
             self._transformers(served)
@@ -418,6 +464,7 @@ class Runner:
             self.document.sla_searches = sla.summarize(
                 self.spec, self.document.measurements, ended=True
             )
+        self._config_outcomes(ended=True)
         self._timing("finished_at", utcnow())
         self._timing("duration_s", round(time.monotonic() - self._t0, 3))
         self.writer.write(self.document)

@@ -113,21 +113,38 @@ def next_repeat(steps: list[Step], value: float) -> int:
     return int(any(s.value == value for s in steps))
 
 
-def next_value(search: SLASearch, steps: list[Step]) -> float | None:
+@dataclass(frozen=True)
+class Gate:
+    """Early dropping in a configuration search: the load a configuration is measured at
+    first, the leader's answer (``leader``: the configuration that met the SLO there). A
+    miss there (confirmed as the low end's would be) means it cannot beat the leader."""
+
+    value: float
+    leader: str
+
+
+def next_value(search: SLASearch, steps: list[Step], gate: Gate | None = None) -> float | None:
     """The next load to measure, or None when the search is over (see the module doc);
-    the load just measured again when it missed and ``confirm`` asks for it."""
+    the load just measured again when it missed and ``confirm`` asks for it. With a
+    ``gate``: its load first; a miss there ends the search (dropped), a pass continues it
+    above."""
     if len(steps) >= search.max_points:
         return None
     if not steps:
-        return round_value(search, search.low)
+        return gate.value if gate else round_value(search, search.low)
     last = steps[-1]
     if (
         not last.passed
         and last.status == "succeeded"  # a latency miss; a failed point is believed
         and last.repeat == 0
-        and confirms(search, last.value)
+        and (
+            confirms(search, last.value)
+            or (gate is not None and last.value == gate.value and search.confirm != "none")
+        )
     ):
         return last.value
+    if gate is not None and dropped(steps, gate):
+        return None
     verdict = verdicts(steps)
     measured = set(verdict)
     fails = [v for v, ok in verdict.items() if not ok]
@@ -147,6 +164,46 @@ def next_value(search: SLASearch, steps: list[Step]) -> float | None:
     if mid in measured or not best < mid < lowest_fail:
         return None  # rounding leaves nothing between them
     return mid
+
+
+def dropped(steps: list[Step], gate: Gate | None) -> bool:
+    """Whether the search missed the SLO at its gate (its verdict there, after any
+    confirmation): dropped, it cannot beat the leader."""
+    return gate is not None and verdicts(steps).get(gate.value) is False
+
+
+def gates(spec: Spec, measurements: Iterable[Any]) -> dict[str, Gate]:
+    """Each configuration's gate (``Gate``) in a configuration search with early dropping:
+    the best answer among the configurations searched before it, in order, once their
+    searches finished. The runner measures configurations in this order, so the runner,
+    the portal and the CLI agree on every gate from the same measurements."""
+    search, configs = spec.sla_search, spec.config_search
+    if search is None or configs is None or not configs.early_drop:
+        return {}
+    items = list(measurements)
+    searched = {b.name for b in spec.search_backends}
+    out: dict[str, Gate] = {}
+    leader: Gate | None = None
+    for name in spec.config_names:
+        if name not in searched:
+            continue
+        if leader is not None:
+            out[name] = leader
+        steps = steps_of(spec, name, items)
+        if next_value(search, steps, out.get(name)) is not None:
+            break  # unfinished: nothing after it has a gate yet
+        answer = _answer(steps)
+        if answer is not None and (leader is None or answer > leader.value):
+            leader = Gate(answer, name)
+    return out
+
+
+def _answer(steps: list[Step]) -> float | None:
+    verdict = verdicts(steps)
+    fails = [v for v, ok in verdict.items() if not ok]
+    lowest_fail = min(fails) if fails else None
+    passing = [v for v, ok in verdict.items() if ok and (lowest_fail is None or v < lowest_fail)]
+    return max(passing) if passing else None
 
 
 def search_value(spec: Spec, point_key: str) -> float | None:
@@ -234,20 +291,30 @@ def _answer_text(search: SLASearch, value: float) -> str:
     return f"{where} at {search.describe_slo()}"
 
 
-def result(spec: Spec, backend: str, steps: list[Step], ended: bool = False) -> dict[str, Any]:
+def result(
+    spec: Spec, backend: str, steps: list[Step], ended: bool = False, gate: Gate | None = None
+) -> dict[str, Any]:
     """The search on one backend as the result document carries it (see ``summarize``);
-    ``ended``: the run is over, so a search that is not finished never will be."""
+    ``ended``: the run is over, so a search that is not finished never will be; ``gate``:
+    its configuration search gate (``gates``)."""
     search = spec.sla_search
     assert search is not None
-    finished = next_value(search, steps) is None
+    finished = next_value(search, steps, gate) is None
     verdict = verdicts(steps)
     fails = [v for v, ok in verdict.items() if not ok]
     lowest_fail = min(fails) if fails else None
-    passing = [v for v, ok in verdict.items() if ok and (lowest_fail is None or v < lowest_fail)]
-    answer = max(passing) if passing else None
+    answer = _answer(steps)
     low, high = round_value(search, search.low), round_value(search, search.high)
     unit = UNITS[search.axis]
-    if not steps and ended:
+    if gate is not None and finished and dropped(steps, gate):
+        state = "dropped"
+        miss = [s for s in steps if s.value == gate.value][-1]
+        where = _answer_text(search, gate.value).split(" at ")[0]
+        text = (
+            f"dropped: missed {search.describe_slo()} at {where} where {gate.leader} met it "
+            f"({miss.reason})"
+        )
+    elif not steps and ended:
         state, text = "stopped", "not measured: the run ended before the search began"
     elif not steps:
         state, text = "pending", "not measured yet"
@@ -297,6 +364,7 @@ def result(spec: Spec, backend: str, steps: list[Step], ended: bool = False) -> 
         "max_points": search.max_points,
         "range": [low, high],
         "path": [asdict(s) for s in steps],
+        "gate": asdict(gate) if gate else None,
     }
 
 
@@ -307,13 +375,17 @@ def summarize(spec: Spec, measurements: Iterable[Any], ended: bool = False) -> l
     ``state`` (converged, top of range, below range, budget spent, running, pending; and
     once the run has ended (``ended``), stopped for a search it left unfinished),
     ``finished``, ``bracket`` [highest passing, lowest failing], ``points_used`` of
-    ``max_points``, and ``path``: each step's load, verdict, point key and SLO metrics.
+    ``max_points``, ``path``: each step's load, verdict, point key and SLO metrics, and
+    ``gate``: in a configuration search, the leader's answer it was measured at first
+    (state ``dropped`` when it missed there).
     """
     if spec.sla_search is None:
         return []
     items = list(measurements)
+    gated = gates(spec, items)
     return [
-        result(spec, b.name, steps_of(spec, b.name, items), ended) for b in spec.search_backends
+        result(spec, b.name, steps_of(spec, b.name, items), ended, gated.get(b.name))
+        for b in spec.search_backends
     ]
 
 
@@ -325,8 +397,9 @@ def expected_measurements(spec: Spec, measurements: Iterable[Any]) -> int:
     if search is None:
         return total
     items = list(measurements)
+    gated = gates(spec, items)
     for backend in spec.search_backends:
         steps = steps_of(spec, backend.name, items)
-        if next_value(search, steps) is None:
+        if next_value(search, steps, gated.get(backend.name)) is None:
             total -= search.max_points - len(steps)
     return total

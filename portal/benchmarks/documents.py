@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from portal.benchmarks import samples
-from portal.benchmarks.ingestion import sla_searches
+from portal.benchmarks.ingestion import config_outcomes, sla_searches
 from portal.benchmarks.models import Environment, Measurement, Run, RunStatus
 from runners import result as rr
 
@@ -91,6 +91,7 @@ def result_document(run: Run) -> dict[str, Any]:
         timings.setdefault("started_at", _iso(run.started_at))
     if run.finished_at:
         timings.setdefault("finished_at", _iso(run.finished_at))
+    searches = sla_searches(run)
     return {
         "schema_version": rr.RESULT_SCHEMA_VERSION,
         "runner_version": run.runner_version or "",
@@ -103,5 +104,6 @@ def result_document(run: Run) -> dict[str, Any]:
         ],
         "errors": errors,
         "timings": timings,
-        "sla_searches": sla_searches(run),
+        "sla_searches": searches,
+        "config_search": config_outcomes(run, searches=searches),
     }

@@ -37,6 +37,7 @@ from portal.benchmarks.lifecycle import RunFinished, enqueue_dispatch, transitio
 from portal.benchmarks.models import FINAL_STATUSES, Measurement, Run, RunStatus
 from portal.benchmarks.sharing import scrub, scrub_value
 from runners import causes, sla
+from runners import configsearch as cs
 from runners import result as rr
 from runners import spec as rs
 
@@ -236,13 +237,25 @@ def _search_rows(run: Run) -> list[dict[str, Any]]:
     ]
 
 
-def expected_measurements(run: Run, spec: rs.Spec | None = None) -> int:
+def expected_measurements(
+    run: Run, spec: rs.Spec | None = None, timings: dict[str, Any] | None = None
+) -> int:
     """How many measurements the run has when complete: the spec's, less the points an
-    SLA search that finished early did not need (``runners.sla.expected_measurements``)."""
+    SLA search that finished early did not need (``runners.sla.expected_measurements``)
+    and those of the configurations its budget did not start (``runners.configsearch``,
+    read from ``timings``, by default the run's)."""
     spec = spec or rs.parse_spec(run.spec, stored=True)
+    skipped = [
+        n
+        for n in cs.skipped_of(run.timings if timings is None else timings)
+        if n in spec.config_names
+    ]
+    less = sum(cs.planned_measurements(spec, n) for n in skipped)
     if spec.sla_search is None:
+        if skipped:
+            return spec.total_measurements() - less
         return run.progress_total or spec.total_measurements()
-    return sla.expected_measurements(spec, _search_rows(run))
+    return sla.expected_measurements(spec, _search_rows(run)) - less
 
 
 def sla_searches(run: Run, spec: rs.Spec | None = None) -> list[dict[str, Any]]:
@@ -252,6 +265,21 @@ def sla_searches(run: Run, spec: rs.Spec | None = None) -> list[dict[str, Any]]:
     if spec.sla_search is None:
         return []
     return sla.summarize(spec, _search_rows(run), ended=run.status in FINAL_STATUSES)
+
+
+def config_outcomes(
+    run: Run, spec: rs.Spec | None = None, searches: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each configuration of the run's configuration search: measured, dropped or not
+    measured, and why (``runners.configsearch.outcomes``); empty without one."""
+    spec = spec or rs.parse_spec(run.spec, stored=True)
+    if spec.config_search is None:
+        return []
+    if searches is None:
+        searches = sla_searches(run, spec)
+    rows = Measurement.objects.filter(run=run).order_by("id").values("backend", "status")
+    ended = run.status in FINAL_STATUSES
+    return cs.outcomes(spec, list(rows), searches, cs.skipped_of(run.timings), ended=ended)
 
 
 def _failed_points_reason(run: Run, errors: list[dict[str, str]]) -> str:
@@ -322,7 +350,7 @@ def _finish(run: Run, event: rr.Event, now: datetime) -> None:
         "timings": event.timings or {},
     }
     stored = Measurement.objects.filter(run=run, status="succeeded").count()
-    expected = expected_measurements(run)
+    expected = expected_measurements(run, timings=event.timings or {})
     if expected < (run.progress_total or expected):
         common["progress_total"] = expected  # an SLA search needed fewer than its budget
     if event.type == "finished" and event.status == "succeeded" and stored < expected:

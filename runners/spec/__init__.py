@@ -23,6 +23,8 @@ in a module of its own:
   the package holds the ``Backend`` union and ``BACKEND_KINDS``.
 - ``traffic``: ``Trace``, ``Sessions``, ``Correctness`` (production traffic) and their rules.
 - ``search``: ``SLO``, ``SLASearch``, ``slo_text``.
+- ``configsearch``: ``ConfigSearch`` (one vllm backend as several configurations) and
+  its ``Budget``.
 - ``resources``: ``Resources``.
 - ``root``: ``Spec`` itself, whose validator calls the rules above in a fixed order.
 - ``points``: ``Point``, ``search_point``, ``hf_point``.
@@ -67,6 +69,7 @@ from runners.spec.common import (
     renderable,
     shown,
 )
+from runners.spec.configsearch import MAX_CONFIGS, Budget, ConfigSearch
 from runners.spec.io import (
     SpecError,
     dump_spec,
@@ -102,6 +105,7 @@ __all__ = [
     "FIELD_FLAGS",
     "MAX_BACKENDS",
     "MAX_CONCURRENCY",
+    "MAX_CONFIGS",
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MAX_POINTS",
@@ -119,6 +123,8 @@ __all__ = [
     "APIKey",
     "Api",
     "Backend",
+    "Budget",
+    "ConfigSearch",
     "Correctness",
     "DuplicateKeys",
     "EndpointBackend",

@@ -45,6 +45,7 @@ from runners.spec.common import (
     Strict,
     _without_defaults,
 )
+from runners.spec.configsearch import MAX_CONFIGS, ConfigSearch, expand_configs
 from runners.spec.model import ModelSpec
 from runners.spec.points import Point, _iter_points, check_point_lengths
 from runners.spec.resources import Resources
@@ -74,7 +75,8 @@ class Spec(Strict):
     backends: list[Backend] = Field(
         default_factory=lambda: [HFBackend(), VLLMBackend()],
         min_length=1,
-        max_length=MAX_BACKENDS,
+        # A configuration search's expansion (config_search) adds up to MAX_CONFIGS.
+        max_length=MAX_BACKENDS + MAX_CONFIGS - 1,
     )
     repeats: int = Field(1, ge=1, le=MAX_REPEATS)
     slo: SLO | None = None
@@ -82,6 +84,12 @@ class Spec(Strict):
         None,
         description="Find the highest request rate or concurrency that meets an SLO "
         "(an adaptive search of at most max_points points per backend).",
+    )
+    config_search: ConfigSearch | None = Field(
+        None,
+        description="Run one vllm backend as several engine configurations (a grid or a "
+        "list), each its own server; with sla_search, ranked by their answers, later ones "
+        "dropped early when they miss the SLO at the leader's answer.",
     )
     resources: Resources = Field(default_factory=Resources)
     correctness: Correctness | None = Field(
@@ -99,13 +107,16 @@ class Spec(Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_defaults(handler(self), {"sla_search": None, "correctness": None})
+        return _without_defaults(
+            handler(self), {"sla_search": None, "correctness": None, "config_search": None}
+        )
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Spec:
         """The rules across sections, in the order their errors are reported. Some complete
         the spec as executed (an endpoints-only run asks for no GPU; under a request rate the
         client's concurrency is unlimited)."""
+        expand_configs(self)
         self._unique_names()
         check_baseline_prompts(self)
         check_file_prompts(self)
@@ -126,8 +137,12 @@ class Spec(Strict):
         return self
 
     def _unique_names(self) -> None:
-        """Backend and sweep names are unique; 'baseline' is the HF baseline's point."""
+        """Backend and sweep names are unique; 'baseline' is the HF baseline's point; at
+        most MAX_BACKENDS besides a configuration search's."""
         names = [b.name for b in self.backends]
+        own = len(names) - len(self.config_names)
+        if own > MAX_BACKENDS:
+            raise FieldError("backends", f"at most {MAX_BACKENDS} backends (given {own})")
         for i, name in enumerate(names):
             if name in names[:i]:
                 first = names.index(name)
@@ -197,6 +212,17 @@ class Spec(Strict):
             for b in self.backends
             if isinstance(b, VLLMBackend | EndpointBackend | TransformersServeBackend)
         ]
+
+    @property
+    def config_names(self) -> list[str]:
+        """The configuration search's backend names, in order (empty without one)."""
+        return self.config_search.names() if self.config_search else []
+
+    @property
+    def config_backends(self) -> list[VLLMBackend]:
+        """The configuration search's vllm backends, in the order they are measured."""
+        by_name = {b.name: b for b in self.vllm_backends}
+        return [by_name[n] for n in self.config_names if n in by_name]
 
     @property
     def loads_model(self) -> bool:
