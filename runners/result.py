@@ -14,6 +14,7 @@ One JSON document per run (``schema_version`` 1):
       "timings": {"started_at": iso, "finished_at": iso, "duration_s": float, ...},
       "sla_searches": [...]          # runners.sla.summarize(): answer, text, path per backend
       "config_search": [...]         # runners.configsearch.outcomes(): state, reason per config
+      "ranking": {...} | null        # the portal's (portal.benchmarks.ranking); not the runner's
     }
 
 ``backend_kind`` is ``hf-sequential``, ``hf-static-cache`` or ``hf-batched`` (the HF
@@ -253,4 +254,9 @@ class ResultDocument(BaseModel):
         default_factory=list,
         description="Each configuration of a configuration search: measured, dropped or not "
         "measured, and why (runners.configsearch.outcomes).",
+    )
+    ranking: dict[str, Any] | None = Field(
+        None,
+        description="The portal's ranking of the run's served configurations "
+        "(portal.benchmarks.ranking); the runner leaves it empty.",
     )

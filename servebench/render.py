@@ -227,6 +227,50 @@ def results_table(document: Mapping[str, Any]) -> str:
         out += "\n\nlimited by:\n" + "\n".join(f"  {line}" for line in limits)
     if searches := sla_lines(document):
         out += "\n\n" + "\n".join(searches)
+    if ranked := ranking_lines(document):
+        out += "\n\n" + "\n".join(ranked)
+    return out
+
+
+def _known(value: Any, digits: str = ".4g") -> str:
+    return format(value, digits) if isinstance(value, int | float) else "unknown"
+
+
+def ranking_lines(document: Mapping[str, Any]) -> list[str]:
+    """The ranking of the run's configurations (``portal.benchmarks.ranking``): a table,
+    best first, those without a result last with their reason, then why the winner wins
+    and its serve command; [] without one."""
+    found = document.get("ranking")
+    if not isinstance(found, dict) or not found.get("entries"):
+        return []
+    per = found.get("per") or "GPU"
+    rows = []
+    for e in found["entries"]:
+        if not isinstance(e, dict):
+            continue
+        limit = (e.get("bottleneck") or {}).get("cause") or "unknown"
+        rows.append(
+            [
+                e.get("rank") or "-",
+                e.get("backend", ""),
+                e.get("state", ""),
+                (e.get("answer_text") or "").split(" at ")[0] if e.get("answer") else "-",
+                _known(e.get("output_throughput")),
+                _known(e.get("output_throughput_per_gpu")),
+                _known(e.get("output_throughput_per_user")),
+                _known(e.get("energy_per_output_token_j")),
+                _known(e.get("cost_per_million_output_tokens")),
+                limit if e.get("rank") else (e.get("reason") or "")[:120],
+            ]
+        )
+    head = ["rank", "configuration", "state", "SLA answer", "tok/s", f"tok/s/{per}"]
+    head += ["tok/s/user", "J/token", "$/1M tok", "limited by / why not"]
+    out = [f"ranking (by {found.get('by')}):", table(head, rows)]
+    if found.get("why"):
+        out.append(str(found["why"]))
+    winner = next((e for e in found["entries"] if e.get("rank") == 1), None)
+    if winner and winner.get("serve_command"):
+        out.append(f"serve the winner: {winner['serve_command']}")
     return out
 
 
@@ -322,6 +366,9 @@ def results_markdown(run: Mapping[str, Any], document: Mapping[str, Any]) -> str
     searches = sla_lines(document)
     if searches:
         lines += ["", *(f"- {md(line)}" for line in searches)]
+    found = document.get("ranking")
+    if isinstance(found, dict) and found.get("winner"):
+        lines += ["", f"**Best configuration: {md(found['winner'])}**. {md(found.get('why'))}"]
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from portal.benchmarks import samples
+from portal.benchmarks import ranking, runview, samples
 from portal.benchmarks.ingestion import config_outcomes, sla_searches
 from portal.benchmarks.models import Environment, Measurement, Run, RunStatus
 from runners import result as rr
@@ -77,7 +77,8 @@ def document_status(run: Run) -> str:
 def result_document(run: Run) -> dict[str, Any]:
     """The run's result document (same shape as the runner's ``--out`` file): 3 queries,
     and two reads of the samples storage (samples, telemetry) per measurement that has
-    samples there."""
+    samples there; then the SLA searches, the configuration outcomes and the ranking of
+    its served configurations (``ranking.rank``: the run loaded once more)."""
     environment = Environment.objects.filter(run=run).first()
     rows = list(Measurement.objects.filter(run=run).order_by("id"))
     arrays = samples.details(rows)
@@ -92,6 +93,8 @@ def result_document(run: Run) -> dict[str, Any]:
     if run.finished_at:
         timings.setdefault("finished_at", _iso(run.finished_at))
     searches = sla_searches(run)
+    outcomes = config_outcomes(run, searches=searches)
+    ranked = ranking.rank(runview.load(run), searches, outcomes)
     return {
         "schema_version": rr.RESULT_SCHEMA_VERSION,
         "runner_version": run.runner_version or "",
@@ -105,5 +108,6 @@ def result_document(run: Run) -> dict[str, Any]:
         "errors": errors,
         "timings": timings,
         "sla_searches": searches,
-        "config_search": config_outcomes(run, searches=searches),
+        "config_search": outcomes,
+        "ranking": ranked.as_dict() if ranked else None,
     }

@@ -28,7 +28,6 @@ from typing import Any
 from portal.benchmarks import commands
 from portal.benchmarks import points as pts
 from portal.benchmarks.runview import LoadedRun
-from runners import sla
 from runners import spec as rs
 
 SERVED_KINDS = ("vllm", "endpoint", "transformers-serve")

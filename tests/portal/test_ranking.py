@@ -11,20 +11,16 @@ from typing import Any
 
 import pytest
 
-from portal.benchmarks import ingestion, ranking, runview
+from portal.benchmarks import documents, ingestion, ranking, runview
 from runners import result as rr
 from runners import sla
 from runners.spec import parse_spec
+from servebench import render
 
 pytestmark = pytest.mark.django_db
 
-SEARCH = {
-    "axis": "max_concurrency",
-    "slo": {"p99_ttft_ms": 300},
-    "low": 1,
-    "high": 16,
-    "max_points": 6,
-}
+SLO = {"p99_ttft_ms": 300}
+SEARCH = {"axis": "max_concurrency", "slo": SLO, "low": 1, "high": 16, "max_points": 6}
 CAPACITY = {"vllm-seqs4": 4, "vllm-seqs1": 1, "vllm-seqs8": 8}
 
 
@@ -108,3 +104,19 @@ def test_the_ranking_orders_by_the_sla_answer_and_says_why(make_run, spec_dict, 
 def test_a_run_with_one_served_configuration_has_no_ranking(make_run, spec_dict):
     view = runview.load(make_run(spec=spec_dict()))
     assert ranking.rank(view) is None
+
+
+def test_the_result_document_and_the_cli_carry_the_ranking(make_run, spec_dict, measurement):
+    run = searched_run(make_run, spec_dict, measurement)
+    document = documents.result_document(run)
+    assert document["ranking"]["winner"] == "vllm-seqs8"
+    assert [o["state"] for o in document["config_search"]] == ["measured", "dropped", "measured"]
+    lines = render.ranking_lines(document)
+    text = "\n".join(lines)
+    assert lines[0].startswith("ranking (by the highest load meeting p99 TTFT <= 300 ms")
+    row = next(line for line in lines[1].splitlines() if "vllm-seqs8" in line)
+    assert row.split()[:5] == ["1", "vllm-seqs8", "measured", "concurrency", "8"]
+    assert "unknown" in row  # J/token and cost: no NVML on this run
+    assert "dropped: missed p99 TTFT <= 300 ms at concurrency 4" in text
+    assert "serve the winner: vllm serve org/tiny-model" in text and "--max-num-seqs 8" in text
+    assert "vllm-seqs8 wins" in render.results_table(document)
