@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from runners.choices import choice_message
 from runners.spec.backends.vllm import VLLMBackend
 from runners.spec.common import MAX_POINTS, MAX_SWEEP_VALUES, FieldError, Strict, _label
+from runners.spec.errors import errors_from
 
 if TYPE_CHECKING:
     from runners.spec.root import Spec
@@ -263,8 +264,6 @@ def expand_configs(spec: Spec) -> None:
         try:
             configs.append(VLLMBackend.model_validate(data))
         except ValidationError as exc:
-            from runners.spec.io import errors_from  # io imports the spec's root
-
             first = errors_from(exc)[0]
             loc = first["field"].split(".") if first["field"] else []
             own = bool(loc) and loc[0] in overrides

@@ -6,16 +6,14 @@ aliases, ``runners.spec.yamlload``), ``dump_spec`` and ``json_schema``; every re
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import ValidationError
 
-from runners.choices import choice_message
-from runners.spec.backends import BACKEND_KINDS
-from runners.spec.common import SPEC_VERSION, FieldError, json_problem
+from runners.spec.common import SPEC_VERSION, json_problem
+from runners.spec.errors import errors_from
 from runners.spec.root import Spec
 from runners.spec.yamlload import YAMLFieldError, safe_yaml
 
@@ -29,47 +27,6 @@ class SpecError(ValueError):
         where = f"{first['field']}: " if first["field"] else ""
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(f"{where}{first['message']}{more}")
-
-
-def errors_from(exc: ValidationError) -> list[dict[str, str]]:
-    """Flatten pydantic errors to {field: 'a.b.0.c', message} with readable text."""
-    out = []
-    for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err["loc"] if p not in BACKEND_KINDS]
-        cause = (err.get("ctx") or {}).get("error")
-        if isinstance(cause, FieldError):
-            loc.append(cause.field)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        elif msg.startswith("Assertion failed, "):
-            msg = msg[len("Assertion failed, ") :]
-        elif err["type"] in _CHOICE_ERRORS:
-            msg = _choice_message(err)
-            if err["type"] == "union_tag_invalid":  # the tag is the discriminator's field
-                loc.append(str((err.get("ctx") or {}).get("discriminator", "")).strip("'"))
-        out.append({"field": ".".join(loc), "message": msg})
-    return out
-
-
-# pydantic's "one of these values" errors, and where each keeps the allowed values.
-_CHOICE_ERRORS = {
-    "literal_error": "expected",
-    "enum": "expected",
-    "union_tag_invalid": "expected_tags",
-}
-_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
-
-
-def _choice_message(err: Any) -> str:
-    ctx = err.get("ctx") or {}
-    allowed = _QUOTED.findall(str(ctx.get(_CHOICE_ERRORS[err["type"]], "")))
-    given = ctx["tag"] if err["type"] == "union_tag_invalid" else err.get("input")
-    if not allowed:
-        return str(err["msg"])
-    return choice_message(given, allowed)
 
 
 def parse_spec(data: Any, *, stored: bool = False) -> Spec:
