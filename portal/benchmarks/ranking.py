@@ -259,9 +259,25 @@ def _front(entries: list[Entry], points: dict[str, list[pts.PointStats]]) -> lis
 
 def _limited(e: Entry) -> str:
     found = e.bottleneck
-    if found is None:
-        return f"{e.backend}'s limit is unknown (no evidence at that point)"
+    if found is None or found["cause"] == "unknown":
+        return f"what limited {e.backend} there is unknown"
     return f"{e.backend} was limited by {found['cause']} ({found['sentence'].rstrip('.')})"
+
+
+def _limits(win: Entry, second: Entry | None) -> str:
+    """Each one's bottleneck at the point it is ranked by, said once when they agree."""
+    if second is None:
+        return f"{_limited(win)[0].upper()}{_limited(win)[1:]}."
+    a, b = win.bottleneck, second.bottleneck
+    cause_a = a["cause"] if a else "unknown"
+    cause_b = b["cause"] if b else "unknown"
+    if cause_a == cause_b == "unknown":
+        sentence = (a or b or {}).get("sentence", "").removeprefix("Unknown: ").rstrip(".")
+        why = f" ({sentence})" if sentence else ""
+        return f"What limited either there is unknown{why}."
+    if cause_a == cause_b:
+        return f"Both were limited by {cause_a} there: the winner went further under it."
+    return f"At those points {_limited(win)}; {_limited(second)}."
 
 
 def _why(entries: list[Entry], searched: bool) -> str:
@@ -281,7 +297,7 @@ def _why(entries: list[Entry], searched: bool) -> str:
         dropped = [e for e in entries if e.rank is None]
         if dropped:
             head += f" The others have no answer ({', '.join(e.backend for e in dropped)})."
-        return f"{head} {_limited(win)}."
+        return f"{head} {_limits(win, None)}"
     second = ranked[1]
     if searched:
         other = second.answer_text.split(" at ")[0] or "no answer"
@@ -291,4 +307,4 @@ def _why(entries: list[Entry], searched: bool) -> str:
         vs += "."
     else:
         vs = f" The runner-up {second.backend}: {second.per_gpu or 0:.4g} per GPU."
-    return f"{head}{vs} At those points {_limited(win)}; {_limited(second)}."
+    return f"{head}{vs} {_limits(win, second)}"

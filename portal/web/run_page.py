@@ -37,7 +37,16 @@ from portal.benchmarks import points as pts
 from portal.benchmarks.models import Run, RunStatus
 from portal.benchmarks.queue import queue_info
 from portal.dispatch import runlog
-from portal.web import figures, pagecache, presenters, sla_search, tables, telemetry, traffic
+from portal.web import (
+    figures,
+    pagecache,
+    presenters,
+    ranking,
+    sla_search,
+    tables,
+    telemetry,
+    traffic,
+)
 from portal.web.figures.common import AXIS_SHORT
 from runners import spec as rs
 
@@ -146,6 +155,7 @@ def _on_cpu(snapshot: dict[str, Any]) -> bool:
 FRAGMENTS = {
     "headline": "web/_run_headline.html",
     "sla_search": "web/_run_sla_search.html",
+    "ranking": "web/_run_ranking.html",
     "traffic": "web/_run_traffic.html",
     "charts": "web/_run_charts.html",
     "capacity": "web/_run_capacity.html",
@@ -217,14 +227,17 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
         "reproduce": presenters.reproduce_commands(view, snapshot),
         "spec_yaml": rs.dump_spec(view.spec) if view.spec is not None else "",
         "sla_section": sla_search.section(view),
+        "ranking": ranking.section(view),  # issue 26: portal/web/ranking.py
         "traffic": traffic.section(run, view.spec),  # trace replay and sessions (runners.traffic)
         "history_point": history_point(results),
     }
+    if part["ranking"] and part["ranking"]["chart"]:  # drawn from the page's figure list
+        part["figures"] = [*part["figures"], part["ranking"]["chart"]]
     part["telemetry"] = telemetry.page_part(run, results)  # issue 15: portal/web/telemetry.py
     # A run with nothing measured offers nothing to download or re-check, and loads no
     # chart library (run.js loads it when a live run's first charts arrive).
     part["has_results"] = any(p.ok for p in results.points)
-    part["loads_charts"] = bool(charts.items) or bool(part["telemetry"]["points"])
+    part["loads_charts"] = bool(part["figures"]) or bool(part["telemetry"]["points"])
     context = {**part, "run": run}
     part["fragments"] = {name: render_to_string(t, context) for name, t in FRAGMENTS.items()}
     return part
