@@ -58,3 +58,10 @@ def test_every_servebench_command_in_the_pipelines_parses(name):
     flat = [" ".join(argv) for argv in found]
     assert any("--label main" in c and "--wait" in c for c in flat)
     assert any("--compare-to latest:main" in c and "--summary" in c for c in flat)
+
+
+def test_the_config_search_example_expands_to_its_configurations():
+    spec = rs.loads_spec((EXAMPLES / "config-search.yaml").read_text())
+    assert len(spec.config_names) == 6 and spec.config_names[0] == "vllm-seqs16-noprefix"
+    assert [b.name for b in spec.search_backends] == spec.config_names
+    assert spec.config_search is not None and spec.config_search.budget is not None
