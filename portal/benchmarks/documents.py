@@ -2,7 +2,8 @@
 runner's ``--out`` file (``runners.result.ResultDocument``), so the CLI, the API and the
 offline compare read one format.
 
-- ``result_document(run)``: the whole document (3 queries, plus the samples storage).
+- ``result_document(run)``: the whole document (3 queries, plus the samples storage; a
+  run with several served configurations is loaded once more for its ranking).
 - ``measurement_document(row, detail, telemetry)``: one stored measurement as
   ``runners.result.Measurement`` JSON.
 - ``document_status(run)``: the document's status for the run's.
@@ -94,7 +95,9 @@ def result_document(run: Run) -> dict[str, Any]:
         timings.setdefault("finished_at", _iso(run.finished_at))
     searches = sla_searches(run)
     outcomes = config_outcomes(run, searches=searches)
-    ranked = ranking.rank(runview.load(run), searches, outcomes)
+    kinds = [b.get("kind") for b in (run.spec or {}).get("backends") or [] if isinstance(b, dict)]
+    served = sum(1 for k in kinds if k in ranking.SERVED_KINDS)
+    ranked = ranking.rank(runview.load(run), searches, outcomes) if served >= 2 else None
     return {
         "schema_version": rr.RESULT_SCHEMA_VERSION,
         "runner_version": run.runner_version or "",

@@ -25,6 +25,7 @@ _STATE_CLASS = {
     "below range": "bad",
     "budget spent": "warn",
     "stopped": "warn",
+    "dropped": "warn",
 }
 
 
