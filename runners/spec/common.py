@@ -82,6 +82,7 @@ class DuplicateKeys(dict):  # type: ignore[type-arg]
 MAX_SWEEP_VALUES = 32
 MAX_SWEEPS = 8
 MAX_BACKENDS = 8
+MAX_CONFIGS = 16  # a configuration search's configurations (runners.spec.configsearch)
 MAX_REPEATS = 10
 MAX_POINTS = 256
 MAX_CONCURRENCY = 100_000  # as many as num_prompts may be: "no limit" is expressible

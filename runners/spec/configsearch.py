@@ -27,13 +27,19 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from runners.choices import choice_message
 from runners.spec.backends.vllm import VLLMBackend
-from runners.spec.common import MAX_POINTS, MAX_SWEEP_VALUES, FieldError, Strict, _label
+from runners.spec.common import (
+    MAX_CONFIGS,
+    MAX_POINTS,
+    MAX_SWEEP_VALUES,
+    FieldError,
+    Strict,
+    _label,
+)
 from runners.spec.errors import errors_from
 
 if TYPE_CHECKING:
     from runners.spec.root import Spec
 
-MAX_CONFIGS = 16
 # What a configuration may not change: who it is, and how long it may take to start.
 _FIXED_FIELDS = ("kind", "name")
 # Short words for the fields configurations usually vary (the rest: the field's name).

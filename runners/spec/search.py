@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from runners.choices import choice_message
-from runners.spec.common import MAX_BACKENDS, MAX_CONCURRENCY, FieldError, Strict, _label
+from runners.spec.common import (
+    MAX_BACKENDS,
+    MAX_CONCURRENCY,
+    MAX_CONFIGS,
+    FieldError,
+    Strict,
+    _label,
+)
 from runners.spec.workload import WorkloadOverrides
 
 if TYPE_CHECKING:
@@ -78,7 +85,7 @@ class SLASearch(Strict):
     )
     backends: list[str] = Field(
         default_factory=list,
-        max_length=MAX_BACKENDS,
+        max_length=MAX_BACKENDS + MAX_CONFIGS,  # a configuration search's, by name
         description="Backend names to search on; empty: every vllm and endpoint backend.",
     )
     fixed: WorkloadOverrides = Field(

@@ -139,6 +139,16 @@ def test_the_configurations_count_toward_the_point_limit():
     }
 
 
+def test_a_search_on_the_base_name_searches_every_configuration_and_round_trips():
+    many = spec_with(
+        {"grid": {"max_num_seqs": [1, 2, 3, 4, 5], "enforce_eager": [True, False]}},
+        sla_search={**SEARCH, "max_points": 2, "backends": ["vllm"]},
+    )
+    assert len(many.search_backends) == 10
+    stored = many.model_dump(mode="json")
+    assert parse_spec(stored, stored=True).model_dump(mode="json") == stored
+
+
 def test_a_search_on_the_base_name_searches_every_configuration():
     spec = spec_with(
         {"grid": {"max_num_seqs": [1, 4]}}, sla_search={**SEARCH, "backends": ["vllm"]}
