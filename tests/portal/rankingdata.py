@@ -17,10 +17,10 @@ SEARCH = {"axis": "max_concurrency", "slo": SLO, "low": 1, "high": 16, "max_poin
 CAPACITY = {"vllm-seqs4": 4, "vllm-seqs1": 1, "vllm-seqs8": 8}
 
 
-def config_spec(spec_dict: Any) -> dict[str, Any]:
+def config_spec(spec_dict: Any, **extra: Any) -> dict[str, Any]:
     return spec_dict(
         sweeps=[],
-        config_search={"grid": {"max_num_seqs": [4, 1, 8]}},
+        config_search={"grid": {"max_num_seqs": [4, 1, 8]}, **extra},
         sla_search=SEARCH,
     )
 
@@ -36,14 +36,17 @@ def body(measurement: Any, backend: str, key: str, value: float, repeat: int = 0
     return rr.Measurement.model_validate(b)
 
 
-def searched_run(make_run: Any, spec_dict: Any, measurement: Any) -> Any:
+def searched_run(
+    make_run: Any, spec_dict: Any, measurement: Any, configs: int = 3, **extra: Any
+) -> Any:
     """The run as the runner measures it: each configuration's sweep point, then its
-    search, the later ones gated by the leader's answer (runners.sla.gates)."""
-    data = config_spec(spec_dict)
+    search, the later ones gated by the leader's answer (runners.sla.gates); only the
+    first ``configs`` configurations (the rest as if the budget stopped them)."""
+    data = config_spec(spec_dict, **extra)
     run = make_run(spec=data, status="running")
     spec = parse_spec(run.spec, stored=True)
     done: list[Any] = []
-    for name in spec.config_names:
+    for name in spec.config_names[:configs]:
         single = body(measurement, name, "single", 1.0)
         single.point = single.point.model_copy(update={"axis": None, "value": None})
         ingestion.ingest_measurement(run, single)

@@ -11,6 +11,8 @@ import pytest
 from rankingdata import searched_run
 
 from portal.benchmarks import documents, ingestion, ranking, runview
+from runners import configsearch as cs
+from runners import result as rr
 from servebench import render
 
 pytestmark = pytest.mark.django_db
@@ -70,3 +72,22 @@ def test_the_result_document_and_the_cli_carry_the_ranking(make_run, spec_dict, 
     assert "dropped: missed p99 TTFT <= 300 ms at concurrency 4" in text
     assert "serve the winner: vllm serve org/tiny-model" in text and "--max-num-seqs 8" in text
     assert "vllm-seqs8 wins" in render.results_table(document)
+
+
+def test_configurations_the_budget_did_not_start_leave_the_run_complete(
+    make_run, spec_dict, measurement
+):
+    run = searched_run(make_run, spec_dict, measurement, configs=2, budget={"points": 5})
+    run.spec["backends"] = [b for b in run.spec["backends"] if b["kind"] != "hf-sequential"]
+    run.save(update_fields=["spec"])
+    why = "not measured: the budget of 5 points was spent (6 measured)"
+    timings = {cs.TIMINGS_KEY: {cs.NOT_MEASURED: {"vllm-seqs8": why}}}
+    event = rr.Event(type="finished", status="succeeded", timings=timings)
+    assert ingestion.ingest_event(run, event) == "succeeded"
+    run.refresh_from_db()
+    assert run.progress_total == run.progress_done == 10  # seqs4: 1 + 6, seqs1: 1 + 2
+    outcome = ingestion.config_outcomes(run)[2]
+    assert (outcome["state"], outcome["reason"]) == ("not measured", why)
+    found = documents.result_document(run)["ranking"]
+    assert found["entries"][-1]["backend"] == "vllm-seqs8"
+    assert found["entries"][-1]["reason"] == why and found["entries"][-1]["rank"] is None
