@@ -30,6 +30,11 @@ The answer is the highest load that met the SLO below the lowest that did not, w
 path that led there ("12.5 req/s at p99 TTFT <= 500 ms"). A run that ended mid-search
 (its server died, it was cancelled, it timed out) says what it learned as a bound, state
 ``stopped`` ("at least 4 req/s ..."), never as an answer or as still running.
+In a configuration search (``spec.config_search``) with early dropping, a configuration
+after the first starts at a gate (``gates``): the best answer among those searched before
+it. A miss there, confirmed as a miss at the low end is, ends its search (state
+``dropped``: it cannot beat the leader); a pass continues it above the gate as above.
+
 Everything here is a pure function of the spec and the measurements (mappings shaped like
 the result document's), so the runner (driving the search), the portal (result document,
 ingestion, the run page) and the CLI compute the same answer from the same numbers.
