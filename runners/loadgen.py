@@ -14,7 +14,8 @@ test request and the warm-ups, and right before the first send:
   ``time.perf_counter``, the clock of its ``start_times``: the pair converts them to wall
   time) and how late against ``start_at`` it was released. A parent that never says go
   (``BARRIER_TIMEOUT_S``) ends the client with the reason.
-- **Event-loop lag**: from the release to the end, a task sleeps ``LAG_TICK_S`` at a time
+- **Event-loop lag**: from the release to the last completion (the wrapped coroutine's
+  second call), a task sleeps ``LAG_TICK_S`` at a time
   and records how late each wake-up was. vLLM's client sends each request from that one
   event loop at the time its schedule says (the request rate's arrival times) or when a
   slot frees (concurrency): a late wake-up is a late send, so the lag's p99 and max are
@@ -72,9 +73,13 @@ class LoopLag:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    def summary(self) -> dict[str, float | int]:
+    def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            self._task = None
+
+    def summary(self) -> dict[str, float | int]:
+        self.stop()
         if not self.lags:
             return {}
         ordered = sorted(self.lags)
@@ -94,7 +99,7 @@ class StartHook:
         self.index = index
         self.lag = LoopLag()
         self.start: dict[str, Any] = {"index": index}
-        self._done = False
+        self.started = False
 
     async def _wait_for_go(self) -> float:
         assert self.barrier is not None
@@ -111,9 +116,7 @@ class StartHook:
         return float(json.loads(go.read_text())["start_at"])
 
     async def before_first_send(self) -> None:
-        if self._done:
-            return
-        self._done = True
+        self.started = True
         self.start["ready_at"] = time.time()
         if self.barrier is not None:
             start_at = await self._wait_for_go()
@@ -147,6 +150,9 @@ def install() -> StartHook:
     hook = StartHook(os.environ.get(BARRIER_ENV), int(os.environ.get(INDEX_ENV, "0")))
 
     async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if hook.started:  # the second call: every timed request has completed
+            hook.lag.stop()  # the metrics vLLM computes next block the loop: not a send
+            return await original(*args, **kwargs)
         result = await original(*args, **kwargs)
         await hook.before_first_send()
         return result

@@ -245,16 +245,18 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
 
 
 def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> list:
-    """Once the bench client starts its timed requests, pin its event loop thread to
-    ``core`` at nice 19 beside a busy competitor (nice 0) on that core: the kernel gives it
-    about 1.5% of the core (CFS weights 15 against 1024). Returns [competitor] when done."""
+    """Once the bench client starts its timed requests, hold it to a small share of one
+    core: its threads pinned to ``core`` beside a busy competitor there, and its session's
+    scheduling group (the client runs in a session of its own: Linux autogroup) at nice
+    19 against the competitor's at 0: CFS weights 15 against 1024, about 1.5% of the core
+    while the competitor runs. Returns [competitor] once it started."""
     started: list = []
 
     def watch() -> None:
         while not done.is_set():
             if log.exists() and "Starting main benchmark run" in log.read_text(errors="replace"):
                 break
-            time.sleep(0.05)
+            time.sleep(0.02)
         else:
             return
         (client,) = [
@@ -266,17 +268,20 @@ def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> li
             subprocess.Popen(
                 [sys.executable, "-c", "while True: pass"],
                 preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+                start_new_session=True,
             )
         )
-        os.sched_setaffinity(client.pid, {core})
-        os.setpriority(os.PRIO_PROCESS, client.pid, 19)
+        for thread in client.threads():
+            os.sched_setaffinity(thread.id, {core})
+        Path(f"/proc/{client.pid}/autogroup").write_text("19")
 
     threading.Thread(target=watch, daemon=True).start()
     return started
 
 
-def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached):
+def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkeypatch):
     spec, backend, server, workdir = cached
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # its log says at once when it starts
     point = Point(
         sweep="starved",
         axis=None,
