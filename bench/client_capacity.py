@@ -12,8 +12,12 @@ port). The stub is this bench's instrument, never a stand-in in tests.
 It prints, for 1 client and for ``--clients`` clients (3 by default): the merged request
 and output token throughput, each client's CPU per wall, run-queue wait per wall and
 p99 send lag, the start skew, and the ratio of the throughputs. With one client on a core
-and the stub on other cores, the 1-client request rate is that client's ceiling: the
-number the docs quote for sizing N. A benchmark, not a test: nothing asserts on time.
+and the stub on other cores, the 1-client request rate is that client's ceiling; on a
+shared machine, its CPU per request (CPU per wall over the rate: what else ran does not
+change it) gives the rate it sustains on a whole core, the number the docs quote. A
+benchmark, not a test: nothing asserts on time. The stub writes each answer in one piece,
+so the client reads its chunks together: a real server's chunks arrive one by one and
+cost more per token, so read the ceiling as an upper bound.
 
     python bench/client_capacity.py [--clients 3] [--num-prompts 4000] [--output-len 16]
 
@@ -157,7 +161,8 @@ def main() -> None:
             f"clients on {conditions.format_cpu_list(client_cores)}; {args.num_prompts} "
             f"prompts, concurrency {args.concurrency}, {args.output_len} tokens each"
         )
-        rates = {}
+        rates: dict[int, float] = {}
+        ceilings: dict[int, list[float]] = {}
         for n in (1, args.clients):
             got = measure(spec, n, client_cores, f"http://127.0.0.1:{port}", workdir)
             m = got["merged"]
@@ -169,16 +174,23 @@ def main() -> None:
                 f"start skew {m.get('skew') or '-'}"
             )
             for c in got["evidence"]:
+                rate, cpu = c.get("achieved_rate") or 0.0, c.get("cpu_per_wall") or 0.0
+                # CPU per request does not depend on what else ran: the sizing number.
+                per_core = f", {rate / cpu:.0f} req/s per whole core" if cpu else ""
+                cpu_ms = f"{cpu / rate * 1000:.3f} CPU-ms per request" if rate else "-"
+                ceilings.setdefault(n, []).append(rate / cpu if cpu else 0.0)
                 print(
-                    f"  client {c['index']}: {c.get('achieved_rate', 0):.0f} req/s, "
-                    f"CPU/wall {c.get('cpu_per_wall', '?')}, "
+                    f"  client {c['index']}: {rate:.0f} req/s, CPU/wall {cpu}, "
                     f"wait/wall {c.get('wait_per_wall', '?')}, "
-                    f"send lag p99 {c.get('send_lag_p99_ms', '?')} ms"
+                    f"send lag p99 {c.get('send_lag_p99_ms', '?')} ms; {cpu_ms}{per_core}"
                 )
         one, many = rates[1], rates[args.clients]
+        ceiling = ceilings[1][0]
         print(
-            f"\none client sustains {one:.0f} req/s ({one * args.output_len:.0f} streamed "
-            f"tokens/s); {args.clients} clients / 1 client = {many / one:.2f}x"
+            f"\none client measured {one:.0f} req/s here, and at its CPU per request "
+            f"sustains about {ceiling:.0f} req/s ({ceiling * args.output_len:.0f} streamed "
+            f"tokens/s) on a core of its own; {args.clients} clients / 1 client = "
+            f"{many / one:.2f}x"
         )
     finally:
         for proc in servers:
