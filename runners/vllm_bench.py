@@ -29,6 +29,12 @@ processes on the owned cores, steal, load) and whether something competed for th
 vLLM's CPU build binds its OpenMP threads within the runner's cores
 (``VLLM_CPU_OMP_THREADS_BIND=auto`` follows the affinity the runner pinned, which the
 server inherits); the value in effect is recorded.
+
+A point of a spec with ``workload.clients: N`` runs N clients (``runners.multiclient``:
+each its share, on its own core where the runner owns enough, released together at a
+barrier) and measures their exact merge (``runners.clientmerge``): the merged result is
+written where one client's would be and read the same way. Every measurement keeps each
+client's saturation evidence in ``conditions["clients"]`` (one entry for one client).
 """
 
 from __future__ import annotations
@@ -519,6 +525,7 @@ def measure_point(
         bench = bench_command(flags, backend)
     n = 1 if traffic else mc.clients_for(spec, point)
     group = _clients(spec, point, target, backend, workdir, stem, n, cores) if n > 1 else []
+    evidence: list[dict[str, Any]] = []  # each client's saturation (runners.clientmerge)
     if group:
         bench = mc.script([c.command for c in group])
     commands = {"bench": bench}
