@@ -15,11 +15,12 @@ p99 send lag, the start skew, and the ratio of the throughputs. With one client 
 and the stub on other cores, the 1-client request rate is that client's ceiling; on a
 shared machine, its CPU per request (CPU per wall over the rate: what else ran does not
 change it) gives the rate it sustains on a whole core, the number the docs quote. A
-benchmark, not a test: nothing asserts on time. The stub writes each answer in one piece,
-so the client reads its chunks together: a real server's chunks arrive one by one and
-cost more per token, so read the ceiling as an upper bound.
+benchmark, not a test: nothing asserts on time. By default the stub writes each answer in
+one piece, so the client reads its chunks together (an upper bound); ``--gap-ms 1``
+streams one chunk per millisecond, one read each, as a real server's arrive.
 
     python bench/client_capacity.py [--clients 3] [--num-prompts 4000] [--output-len 16]
+                                    [--gap-ms 0]
 
 Pin it the way you size: the stub takes the first ``--stub-procs`` owned cores, the
 clients one core each from the last (``runners.multiclient.placement``); with fewer cores
@@ -49,11 +50,14 @@ from runners.tiny_model import ensure  # noqa: E402
 from runners.vllm_bench import bench_flags  # noqa: E402
 
 
-def stub(port: int) -> None:
-    """An OpenAI-compatible completions server that answers at once (this bench only)."""
+def stub(port: int, gap_ms: float) -> None:
+    """An OpenAI-compatible completions server that answers at once, or one chunk every
+    ``gap_ms`` as a real server streams (this bench only)."""
+    import asyncio
+
     from aiohttp import web
 
-    async def completions(request: web.Request) -> web.Response:
+    async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         n = int(body.get("max_tokens") or 16)
         prompt = body.get("prompt")
@@ -61,8 +65,17 @@ def stub(port: int) -> None:
         chunk = 'data: {"id":"s","object":"text_completion","choices":[{"index":0,"text":"a"}]}'
         usage = {"prompt_tokens": prompt_len, "completion_tokens": n}
         last = json.dumps({"id": "s", "choices": [], "usage": usage})
-        text = "\n\n".join([*([chunk] * n), f"data: {last}", "data: [DONE]", ""])
-        return web.Response(text=text, content_type="text/event-stream")
+        parts = [*([chunk] * n), f"data: {last}", "data: [DONE]"]
+        if not gap_ms:
+            text = "\n\n".join([*parts, ""])
+            return web.Response(text=text, content_type="text/event-stream")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for part in parts:
+            await response.write(f"{part}\n\n".encode())
+            await asyncio.sleep(gap_ms / 1000)
+        await response.write_eof()
+        return response
 
     async def empty(request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -123,9 +136,12 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=16)
     parser.add_argument("--output-len", type=int, default=16)
     parser.add_argument("--stub-procs", type=int, default=0, help="default: owned cores / 4")
+    parser.add_argument(
+        "--gap-ms", type=float, default=0.0, help="stream one chunk every GAP ms (0: at once)"
+    )
     args = parser.parse_args()
     if args.stub:
-        stub(args.stub)
+        stub(args.stub, args.gap_ms)
         return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     owned = list(conditions.own_cores().ids)
@@ -134,7 +150,7 @@ def main() -> None:
     port = free_port()
     servers = [
         subprocess.Popen(
-            [sys.executable, __file__, "--stub", str(port)],
+            [sys.executable, __file__, "--stub", str(port), "--gap-ms", str(args.gap_ms)],
             preexec_fn=lambda: os.sched_setaffinity(0, stub_cores),
         )
         for _ in range(n_stub)
