@@ -36,8 +36,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from runners.conditions import window_cpu
 from runners.result import LATENCY_METRICS, PERCENTILES, THROUGHPUT_KEYS
 
@@ -54,6 +52,8 @@ _FROM_FIRST = (
 
 def _ms(values: Sequence[float]) -> dict[str, float]:
     """vLLM's statistics of a latency list in seconds, in ms (0 for an empty list)."""
+    import numpy as np  # here: the portal imports this module's callers, not numpy
+
     data = values or [0.0]
     out = {
         "mean": float(np.mean(data) * 1000),
@@ -68,6 +68,8 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 def _peaks(starts: list[float], ttfts: list[float], itls: list[list[float]], lats: list[float]):
     """Max output tokens in a one-second bucket and max concurrent requests, as vLLM
     buckets them (from the first successful send)."""
+    import numpy as np
+
     if not starts:
         return 0.0, 0
     t0 = min(starts)

@@ -103,7 +103,6 @@ class Client:
     report: Path
     log: Path
     cores: list[int]
-    command: str = ""  # as a person would type it (vllm bench serve ...)
     placement: str = ""
 
     def read_report(self) -> dict[str, Any]:

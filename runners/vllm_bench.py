@@ -186,6 +186,24 @@ def bench_flags(
     return flags
 
 
+def bench_script(
+    spec: Spec,
+    point: Point,
+    base_url: str,
+    results: list[Path],
+    backend: ServedBackend | None = None,
+) -> str:
+    """The command of a point's load generators: one client's as ``bench_command``, or
+    with ``workload.clients`` each client's for its share (``runners.multiclient``), run
+    together; ``results``: each client's result file."""
+    shares = mc.split(spec, point, len(results)) if len(results) > 1 else [(spec, point)]
+    commands = [
+        bench_command(bench_flags(s, p, base_url, path, backend), backend)
+        for (s, p), path in zip(shares, results, strict=True)
+    ]
+    return commands[0] if len(commands) == 1 else mc.script(commands)
+
+
 def traffic_driven(spec: Spec) -> bool:
     """A trace or sessions: the point is sent by ``runners.traffic``, not vLLM's client."""
     return spec.workload.trace is not None or spec.workload.sessions is not None
@@ -473,7 +491,6 @@ def _clients(
             report=workdir / f"{stem}.c{i}.fields.json",
             log=workdir / f"{stem}.c{i}.client.log",
             cores=placed[i],
-            command=bench_command(flags, backend),
             placement=how,
         )
         out.append(client)
@@ -527,7 +544,8 @@ def measure_point(
     group = _clients(spec, point, target, backend, workdir, stem, n, cores) if n > 1 else []
     evidence: list[dict[str, Any]] = []  # each client's saturation (runners.clientmerge)
     if group:
-        bench = mc.script([c.command for c in group])
+        results = [c.result for c in group]
+        bench = bench_script(spec, point, target.base_url, results, backend)
     commands = {"bench": bench}
     if not is_endpoint:
         commands = {"serve": target.command(), **commands}
