@@ -248,7 +248,7 @@ def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> li
     """Once the bench client starts its timed requests, hold it to a small share of one
     core: its threads pinned to ``core`` beside a busy competitor there, and its session's
     scheduling group (the client runs in a session of its own: Linux autogroup) at nice
-    19 against the competitor's at 0: CFS weights 15 against 1024, about 1.5% of the core
+    15 against the competitor's at 0: CFS weights 36 against 1024, about 3% of the core
     while the competitor runs. Returns [competitor] once it started."""
     started: list = []
 
@@ -273,7 +273,7 @@ def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> li
         )
         for thread in client.threads():
             os.sched_setaffinity(thread.id, {core})
-        Path(f"/proc/{client.pid}/autogroup").write_text("19")
+        Path(f"/proc/{client.pid}/autogroup").write_text("15")
 
     threading.Thread(target=watch, daemon=True).start()
     return started
@@ -289,8 +289,8 @@ def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkey
         input_len=16,
         output_len=16,
         max_concurrency=8,
-        num_prompts=32,
-        request_rate=None,
+        num_prompts=8,  # all sent at once: no kept-alive connection idles past the server's
+        request_rate=None,  # keep-alive while the client is starved (a disconnect)
     )
     log = workdir / "vllm-starved-r0.client.log"
     done = threading.Event()
