@@ -102,6 +102,7 @@ bench:
 	$(PY) bench/telemetry_overhead.py
 	$(PY) bench/portal_scale.py
 	$(PY) bench/verdict_aa.py
+	$(PY) bench/client_capacity.py
 
 clean-dev:
 	$(PY) -m portal.devservices stop || true

@@ -58,7 +58,9 @@ The client's own CPU time is sampled every ``CPU_SAMPLE_S`` on ``time.perf_count
 (``[[t, cpu_s], ...]``): the runner takes the client's CPU use over the requests' window
 from it (``runners.conditions.window_cpu``), the evidence that the load generator itself
 was saturated (``runners.bottleneck``). One thread reading ``time.process_time``: no
-measurable cost.
+measurable cost. The same thread samples the event loop thread's run-queue wait
+(``client_wait``, ``runners.loadgen``), and ``runners.loadgen`` adds the start barrier of a
+point with several clients and the event loop's lag (the send lag) to the report.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ import threading
 import time
 from typing import Any, NoReturn
 
+from runners import loadgen
 from runners.egress import REDIRECT_STATUSES, Egress, EgressRefused
 
 OPENAI_ONLY_FLAG = "--openai-fields-only"
@@ -284,11 +287,15 @@ class CpuSampler:
     def __init__(self, interval_s: float = CPU_SAMPLE_S) -> None:
         self.interval_s = interval_s
         self.samples: list[list[float]] = []
+        self.waits: list[list[float]] = []  # [[t, run-queue wait s], ...] (Linux)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
 
     def _take(self) -> None:
-        self.samples.append([round(time.perf_counter(), 4), round(time.process_time(), 4)])
+        t = round(time.perf_counter(), 4)
+        self.samples.append([t, round(time.process_time(), 4)])
+        if (wait := loadgen.run_queue_wait_s()) is not None:
+            self.waits.append([t, round(wait, 4)])
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -329,6 +336,7 @@ def main(argv: list[str]) -> int:
     add_cli_args(parser)
     args = parser.parse_args(argv)
     install_egress_guard(target_url(args))
+    hook = loadgen.install()
     sampler = CpuSampler()
     sampler.start()
     try:
@@ -337,6 +345,7 @@ def main(argv: list[str]) -> int:
         report = os.environ.get(REPORT_ENV)
         if report:
             data: dict[str, Any] = {"client_cpu": sampler.stop()}
+            data |= {"client_wait": sampler.waits, **hook.facts()}
             if adapted is not None:
                 dropped, added = (sorted(names) for names in adapted)
                 data |= {"dropped_fields": dropped, "added_fields": added}

@@ -19,6 +19,13 @@ a ``Bottleneck``: a ``cause`` and a sentence quoting the numbers that decided it
   of the client's concurrency with nothing waiting (the client did not keep its requests
   in flight). On a GPU, a GPU under ``GPU_IDLE`` busy with nothing waiting: the offered
   load (concurrency, rate) was the limit, not the server.
+  Per client (``conditions["clients"]``, ``runners.clientmerge.evidence``; one entry per
+  load generator, several with ``workload.clients``): a client whose CPU plus run-queue
+  wait per wall reached ``CLIENT_DEMAND`` (it wanted a whole core: busy, or ready and
+  waiting for one: a client held to a fraction of a core by others on it is at ~1.0),
+  or whose event loop woke ``LAG_LIMIT_MS`` late at p99 (it sent that late against its
+  schedule), is named with its numbers, and the sentence suggests more
+  clients (or cores for them, when they shared).
 - ``kv-capacity``: the KV cache ran out: preemptions (vLLM V1 preempts a running request
   only when it cannot allocate a KV block), or peak usage at ``KV_FULL`` or more while
   requests waited.
@@ -77,6 +84,11 @@ WAITING_SHARE = 0.25
 # vLLM's client is a single asyncio thread: at 90% of a core over the requests' window
 # it has no headroom left to send on time or read streams promptly.
 CLIENT_SATURATED = 0.9
+# A client whose CPU plus run-queue wait reached this share of a core wanted a whole
+# core (busy, or ready and waiting for one): its sends and stream reads fell behind.
+CLIENT_DEMAND = 0.9
+# An event loop waking this late sends that late: a schedule the client did not keep.
+LAG_LIMIT_MS = 50.0
 # Achieved request rate below 80% of what the target allows (num_prompts over the
 # sending time plus one mean request latency, the tail the client waits for).
 RATE_SHORTFALL = 0.8
@@ -154,6 +166,52 @@ def _expected_rate(rate: float, prompts: float, e2el_ms: float | None) -> float:
     return prompts / (prompts / rate + tail)
 
 
+def saturated(facts: Mapping[str, Any]) -> str | None:
+    """Why one client was the limit (a clause quoting its numbers), or None."""
+    cpu = _num(facts.get("cpu_per_wall"))
+    wait = _num(facts.get("wait_per_wall")) or 0.0
+    lag = _num(facts.get("send_lag_p99_ms"))
+    if cpu is not None and cpu + wait >= CLIENT_DEMAND:
+        said = f"used {cpu:.2f} CPU-seconds per second"
+        if wait >= 0.05:
+            said += f" and waited {wait:.2f} more for a core"
+        if lag is not None:
+            said += f" (send lag p99 {lag:.0f} ms)"
+        return said
+    if lag is not None and lag >= LAG_LIMIT_MS:
+        return f"sent up to {lag:.0f} ms late against its schedule (p99 event-loop lag)"
+    return None
+
+
+def _more_clients(n: int, cond: Mapping[str, Any]) -> str:
+    """What to do about a saturated load generator."""
+    placement = str(cond.get("client_placement") or "")
+    if "share" in placement:
+        return f"give the runner more cores ({placement.split(':')[0]})"
+    return f"run more load generators (workload.clients: {n + 1} or more)"
+
+
+def client_limit(cond: Mapping[str, Any]) -> Bottleneck | None:
+    """The ``client`` bottleneck from each client's own evidence, or None."""
+    clients = [c for c in cond.get("clients") or [] if isinstance(c, Mapping)]
+    limited = [(c, why) for c in clients if (why := saturated(c)) is not None]
+    if not limited:
+        return None
+    first, why = limited[0]
+    n = len(clients)
+    who = "The load generator" if n == 1 else f"Client {first.get('index', '?')} of {n}"
+    also = f" ({len(limited)} of {n} clients were)" if len(limited) > 1 else ""
+    rate = ""
+    target, sent = _num(first.get("target_rate")), _num(first.get("send_rate"))
+    if target and sent is not None:
+        rate = f"; it sent {sent:.2f} req/s of its {target:g} req/s target"
+    return Bottleneck(
+        "client",
+        f"{who} was the limit{also}: it {why}{rate}, so the server saw less load than "
+        f"asked; {_more_clients(n, cond)}.",
+    )
+
+
 def diagnose(
     m: Mapping[str, Any],
     *,
@@ -223,13 +281,15 @@ def diagnose(
         )
 
     # 3. The load generator out of CPU (its own CPU time, whatever else ran).
+    if (limited := client_limit(cond)) is not None:
+        return limited
     client_cpu = _num(cond.get("client_cpu_per_wall"))
     if client_cpu is not None and client_cpu >= CLIENT_SATURATED:
         return Bottleneck(
             "client",
             f"The load generator was saturated: it used {client_cpu:.2f} CPU-seconds per "
             "second over the requests' window (one asyncio thread), so it could not send "
-            "or read faster.",
+            "or read faster; " + _more_clients(1, cond) + ".",
         )
 
     # 4. Something else on the cores: the numbers are the machine's, not the server's.

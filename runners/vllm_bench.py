@@ -29,6 +29,12 @@ processes on the owned cores, steal, load) and whether something competed for th
 vLLM's CPU build binds its OpenMP threads within the runner's cores
 (``VLLM_CPU_OMP_THREADS_BIND=auto`` follows the affinity the runner pinned, which the
 server inherits); the value in effect is recorded.
+
+A point of a spec with ``workload.clients: N`` runs N clients (``runners.multiclient``:
+each its share, on its own core where the runner owns enough, released together at a
+barrier) and measures their exact merge (``runners.clientmerge``): the merged result is
+written where one client's would be and read the same way. Every measurement keeps each
+client's saturation evidence in ``conditions["clients"]`` (one entry for one client).
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ from typing import Any
 
 import requests
 
-from runners import causes, nvml, procs
+from runners import causes, clientmerge, nvml, procs
 from runners import conditions as cond
+from runners import multiclient as mc
 from runners import telemetry as tm
 from runners.bench_client import ADAPTERS, OPENAI_ONLY_FLAG, REPORT_ENV, TRANSFORMERS_FLAG
 from runners.egress import pinned_session
@@ -177,6 +184,24 @@ def bench_flags(
         "--disable-tqdm",
     ]  # fmt: skip
     return flags
+
+
+def bench_script(
+    spec: Spec,
+    point: Point,
+    base_url: str,
+    results: list[Path],
+    backend: ServedBackend | None = None,
+) -> str:
+    """The command of a point's load generators: one client's as ``bench_command``, or
+    with ``workload.clients`` each client's for its share (``runners.multiclient``), run
+    together; ``results``: each client's result file."""
+    shares = mc.split(spec, point, len(results)) if len(results) > 1 else [(spec, point)]
+    commands = [
+        bench_command(bench_flags(s, p, base_url, path, backend), backend)
+        for (s, p), path in zip(shares, results, strict=True)
+    ]
+    return commands[0] if len(commands) == 1 else mc.script(commands)
 
 
 def traffic_driven(spec: Spec) -> bool:
@@ -431,6 +456,47 @@ def client_cpu(report: Path, telemetry: dict[str, Any]) -> dict[str, float]:
     return {"client_cpu_s": round(used, 3), "client_cpu_per_wall": round(used / (end - start), 3)}
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _clients(
+    spec: Spec,
+    point: Point,
+    target: Target,
+    backend: ServedBackend,
+    workdir: Path,
+    stem: str,
+    n: int,
+    cores: cond.Cores | None,
+) -> list[mc.Client]:
+    """The point's ``n`` load generators (``runners.multiclient``): each one's flags for
+    its share, its files and its core."""
+    owned = (cores or cond.own_cores()).ids
+    placed, how = mc.placement(owned, n)
+    out = []
+    for i, (own_spec, own_point) in enumerate(mc.split(spec, point, n)):
+        result = workdir / f"{stem}.c{i}.json"
+        flags = bench_flags(own_spec, own_point, target.base_url, result, backend)
+        argv = [sys.executable, "-m", "runners.bench_client"]
+        argv += [flag] if (flag := adapter_flag(backend)) else []
+        client = mc.Client(
+            index=i,
+            argv=[*argv, *flags],
+            result=result,
+            report=workdir / f"{stem}.c{i}.fields.json",
+            log=workdir / f"{stem}.c{i}.client.log",
+            cores=placed[i],
+            placement=how,
+        )
+        out.append(client)
+    return out
+
+
 def _unavailable(target: Target) -> str | None:
     """Why an endpoint's point cannot run at all (no key, no answer), or None."""
     if not isinstance(target, Endpoint):
@@ -474,6 +540,12 @@ def measure_point(
     else:
         flags = bench_flags(spec, point, target.base_url, result_path, backend)
         bench = bench_command(flags, backend)
+    n = 1 if traffic else mc.clients_for(spec, point)
+    group = _clients(spec, point, target, backend, workdir, stem, n, cores) if n > 1 else []
+    evidence: list[dict[str, Any]] = []  # each client's saturation (runners.clientmerge)
+    if group:
+        results = [c.result for c in group]
+        bench = bench_script(spec, point, target.base_url, results, backend)
     commands = {"bench": bench}
     if not is_endpoint:
         commands = {"serve": target.command(), **commands}
@@ -496,7 +568,16 @@ def measure_point(
                 argv = [sys.executable, "-m", "runners.traffic"]
             with cond.Watch(cores or cond.own_cores(), extra=extra) as watch:
                 env = _client_env(target, backend, report_path)
-                code = procs.run([*argv, *flags], log_path, env=env)
+                if group:
+                    slo = spec.slo.model_dump(exclude_none=True) if spec.slo else None
+                    slo = {k.removesuffix("_ms"): v for k, v in (slo or {}).items()}
+                    barrier = workdir / f"{stem}.barrier"
+                    code, bad_log, evidence = mc.measure(
+                        group, env, barrier, result_path, report_path, slo, point.request_rate
+                    )
+                    log_path = bad_log or log_path
+                else:
+                    code = procs.run([*argv, *flags], log_path, env=env)
         fields["conditions"] = watch.result()
         fields["server_metrics"] = watcher.result()
         speculation = {
@@ -536,7 +617,21 @@ def measure_point(
         # What the hardware did while the requests ran, and what sampling it cost.
         fields["telemetry"] = watcher.telemetry(fields.get("detail") or {})
         tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
-        fields["conditions"] |= client_cpu(report_path, fields["telemetry"])
+        if group:
+            busiest = [client_cpu(c.report, fields["telemetry"]) for c in group]
+            fields["conditions"] |= max(busiest, key=lambda c: c.get("client_cpu_per_wall", 0))
+            fields["conditions"] |= {
+                "clients": evidence,
+                "client_placement": group[0].placement,
+                "client_skew": (fields.get("raw") or {}).get("skew") or {},
+            }
+        else:
+            fields["conditions"] |= client_cpu(report_path, fields["telemetry"])
+            if not traffic and "detail" in fields:
+                report = _read_json(report_path)
+                fields["conditions"]["clients"] = [
+                    clientmerge.evidence(0, fields["detail"], report, point.request_rate)
+                ]
         # This machine's GPU power is not an endpoint's: no energy or cost for it.
         if "metrics" in fields and not is_endpoint:
             price = spec.resources.gpu_hour_price

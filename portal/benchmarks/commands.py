@@ -16,10 +16,10 @@ import re
 import shlex
 from pathlib import Path
 
-from runners import hf_config, sla
+from runners import hf_config, multiclient, sla
 from runners import spec as rs
 from runners import transformers_server as ts
-from runners.vllm_bench import bench_command, bench_flags
+from runners.vllm_bench import bench_script
 from runners.vllm_server import HOST, serve_flags, server_env
 
 # Placeholders in the implied command, and what a runner's report may have there.
@@ -55,21 +55,16 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
         point = rs.search_point(spec, value)
     if point is None:
         return {}
+    # One result file per load generator (workload.clients), all matched by placeholders.
+    results = [Path(_DIR) / _FILE] * multiclient.clients_for(spec, point)
     if isinstance(backend, rs.EndpointBackend):
-        flags = bench_flags(spec, point, backend.base_url, Path(_DIR) / _FILE, backend)
-        return {"bench": bench_command(flags, backend)}
-    flags = bench_flags(spec, point, f"http://{HOST}:{_PORT}", Path(_DIR) / _FILE, backend)
+        return {"bench": bench_script(spec, point, backend.base_url, results, backend)}
+    bench = bench_script(spec, point, f"http://{HOST}:{_PORT}", results, backend)
     if isinstance(backend, rs.TransformersServeBackend):
-        return {
-            "serve": ts.serve_command(spec, backend, _PORT),
-            "bench": bench_command(flags, backend),
-        }
+        return {"serve": ts.serve_command(spec, backend, _PORT), "bench": bench}
     env = [f"{k}={v}" for k, v in server_env(backend).items()]
     serve = [*env, "vllm", "serve", spec.model.id, "--host", HOST, "--port", _PORT]
-    return {
-        "serve": shlex.join([*serve, *serve_flags(spec, backend)]),
-        "bench": bench_command(flags, backend),
-    }
+    return {"serve": shlex.join([*serve, *serve_flags(spec, backend)]), "bench": bench}
 
 
 def hf_command(

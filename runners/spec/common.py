@@ -84,6 +84,7 @@ MAX_SWEEPS = 8
 MAX_BACKENDS = 8
 MAX_CONFIGS = 16  # a configuration search's configurations (runners.spec.configsearch)
 MAX_REPEATS = 10
+MAX_CLIENTS = 64  # load generators per point (processes locally)
 MAX_POINTS = 256
 MAX_CONCURRENCY = 100_000  # as many as num_prompts may be: "no limit" is expressible
 MAX_JSON_DEPTH = 32

@@ -54,6 +54,7 @@ from runners.spec.traffic import Correctness, check_traffic
 from runners.spec.workload import (
     Sweep,
     Workload,
+    check_clients,
     check_file_prompts,
     unlimited_concurrency_under_a_rate,
 )
@@ -131,6 +132,7 @@ class Spec(Strict):
             # Refusals added after runs were accepted: a stored run's spec stays readable.
             check_batched_load(self)
         unlimited_concurrency_under_a_rate(self)
+        check_clients(self)
         self._within_point_limit()
         check_point_lengths(self)
         check_baseline_lengths(self)

@@ -18,6 +18,7 @@ from pydantic import (
 
 from runners.spec.common import (
     _SAFE_PATH,
+    MAX_CLIENTS,
     MAX_CONCURRENCY,
     MAX_SWEEP_VALUES,
     FieldError,
@@ -58,6 +59,7 @@ _ADDED_WORKLOAD_DEFAULTS: dict[str, Any] = {
     "ramp_up": None,
     "trace": None,
     "sessions": None,
+    "clients": 1,
 }
 
 
@@ -122,6 +124,17 @@ class Workload(Strict):
     )
     sessions: Sessions | None = Field(
         None, description="Multi-turn conversations instead of single requests."
+    )
+    clients: int = Field(
+        1,
+        ge=1,
+        le=MAX_CLIENTS,
+        description=(
+            "Load generators per point: that many bench client processes, each sending "
+            "its share of the prompts, the concurrency and the request rate to the same "
+            "server, started together; their per-request samples are merged exactly "
+            "(docs/specs.md#many-load-generators)."
+        ),
     )
 
     @field_validator("dataset_path")
@@ -239,6 +252,40 @@ def check_file_prompts(spec: Spec) -> None:
                 f"sweeps.{i}.fixed.input_len",
                 f"with dataset {w.dataset!r} the prompts come from the file; input_len "
                 "changes nothing",
+            )
+
+
+def check_clients(spec: Spec) -> None:
+    """Several load generators split every point: each needs at least one prompt and, when
+    concurrency drives the load, one request in flight; and only vLLM's client (random,
+    prefix_repetition or sharegpt prompts, a fixed rate) can be split today."""
+    w = spec.workload
+    n = w.clients
+    if n == 1:
+        return
+    why = None
+    if w.trace is not None or w.sessions is not None:
+        why = "a trace or sessions are replayed by one traffic client"
+    elif w.dataset == "custom":
+        why = "every client would send the file's same first prompts"
+    elif w.ramp_up is not None:
+        why = "a ramp-up's integer start and end rates cannot be split between clients"
+    if why:
+        raise FieldError("workload.clients", f"workload.clients must be 1 here: {why}; remove it")
+    for point in spec.points():
+        if point.num_prompts < n:
+            raise FieldError(
+                "workload.clients",
+                f"workload.clients is {n} but point {point.key} sends only "
+                f"{point.num_prompts} prompts: each client needs at least one; lower "
+                "clients or raise num_prompts",
+            )
+        if point.request_rate is None and point.max_concurrency < n:
+            raise FieldError(
+                "workload.clients",
+                f"workload.clients is {n} but point {point.key} keeps only "
+                f"{point.max_concurrency} requests in flight: each client needs at least "
+                "one; lower clients or raise max_concurrency",
             )
 
 

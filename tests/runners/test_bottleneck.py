@@ -108,6 +108,28 @@ def test_a_client_using_its_whole_core_names_the_client() -> None:
     assert "0.97 CPU-seconds per second" in found.sentence
 
 
+def test_one_of_three_clients_held_off_its_core_is_named_with_more_clients_suggested() -> None:
+    m = recorded()
+    ok = {"cpu_per_wall": 0.2, "wait_per_wall": 0.1, "send_lag_p99_ms": 12.0}
+    held = {"cpu_per_wall": 0.05, "wait_per_wall": 0.88, "send_lag_p99_ms": 900.0}
+    m["conditions"]["clients"] = [{"index": i} | ok for i in (0, 2)]
+    m["conditions"]["clients"].insert(1, {"index": 1} | held)
+    m["conditions"]["client_placement"] = "each client on its own core of 4"
+    found = bn.diagnose(m)
+    assert found.cause == "client"
+    assert found.sentence.startswith("Client 1 of 3 was the limit: it used 0.05 CPU-seconds")
+    assert "waited 0.88 more for a core" in found.sentence
+    assert found.sentence.endswith("run more load generators (workload.clients: 4 or more).")
+    # Clients that shared their cores: more of them would not help, more cores would.
+    m["conditions"]["client_placement"] = "3 clients share 2 cores (round-robin): ..."
+    assert "give the runner more cores (3 clients share 2 cores" in bn.diagnose(m).sentence
+    # Send lag alone, and a client with headroom that is not the limit.
+    m["conditions"]["clients"][1] = {"index": 1, "cpu_per_wall": 0.1, "send_lag_p99_ms": 80.0}
+    assert "sent up to 80 ms late" in bn.diagnose(m).sentence
+    m["conditions"]["clients"][1] = {"index": 1} | ok
+    assert bn.diagnose(m).cause == "cpu/scheduler"  # the recorded contention, as before
+
+
 def test_a_client_that_keeps_few_requests_in_flight_names_the_client() -> None:
     """A client held to a fraction of a core: the server ran few of the requests the
     client should have had in flight, and none waited."""

@@ -183,6 +183,22 @@ BAD_SPECS = [
         "the spec expands to 257 measurements; the limit is 256",
     ),
     ([], "", "a spec must be a mapping"),
+    (
+        {"model": M, "workload": {"clients": 3, "max_concurrency": 4}, "sweeps": [sweep()]},
+        "workload.clients",
+        "workload.clients is 3 but point c:max_concurrency=1 keeps only 1 requests in flight",
+    ),
+    (
+        {"model": M, "workload": {"clients": 4, "num_prompts": 3, "request_rate": 5}},
+        "workload.clients",
+        "sends only 3 prompts: each client needs at least one",
+    ),
+    (
+        {"model": M, "workload": {"clients": 2, "dataset": "custom", "dataset_path": "p.jsonl"}},
+        "workload.clients",
+        "every client would send the file's same first prompts",
+    ),
+    ({"model": M, "workload": {"clients": 65}}, "workload.clients", "less than or equal to 64"),
 ]
 
 

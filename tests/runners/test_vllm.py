@@ -12,13 +12,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
-from runners import procs
+from runners import clientmerge, procs
+from runners.bottleneck import diagnose
 from runners.result import METRIC_KEYS, ResultDocument
 from runners.runner import ExitCode, Runner
 from runners.spec import Point, parse_spec
@@ -180,6 +183,132 @@ def test_a_points_metrics_time_series_shows_its_ramp(cached):
     gpu = telemetry["gpu"]
     assert gpu["status"] == "ok" or gpu["status"].startswith("not measured (no NVML): ")
     assert ("energy_per_output_token_j" in m.metrics) == (gpu["status"] == "ok")
+
+
+# --------------------------------------------------------------------------- many clients
+
+
+def _client_paths(workdir: Path, m, n: int) -> list[Path]:
+    stem = f"{m.backend}-{m.point.key.replace(':', '-').replace('=', '')}-r{m.repeat}"
+    return [workdir / f"{stem}.c{i}.json" for i in range(n)]
+
+
+def test_three_clients_merge_exactly_into_one_measurement(cached):
+    spec, backend, server, workdir = cached
+    spec3 = spec.model_copy(update={"workload": spec.workload.model_copy(update={"clients": 3})})
+    point = Point(
+        sweep="clients",
+        axis=None,
+        value=None,
+        input_len=32,
+        output_len=8,
+        max_concurrency=6,
+        num_prompts=18,
+        request_rate=None,
+    )
+    m = measure_point(server, spec3, backend, point, 0, workdir)
+    assert m.status == "succeeded", m.error
+    paths = _client_paths(workdir, m, 3)
+    files = [json.loads(p.read_text()) for p in paths]
+    assert [f["num_prompts"] for f in files] == [6, 6, 6]
+    assert [f["max_concurrency"] for f in files] == [2, 2, 2]
+    # Independently: numpy over the union of the three clients' own samples.
+    ok = [(f, i) for f in files for i, e in enumerate(f["errors"]) if not e]
+    assert len(ok) == 18 == m.metrics["completed"]
+    ttfts = [f["ttfts"][i] for f, i in ok]
+    lats = [f["latencies"][i] for f, i in ok]
+    itls = [g for f, i in ok for g in f["itls"][i]]
+    for name, values in (("ttft", ttfts), ("e2el", lats), ("itl", itls)):
+        assert m.metrics[f"median_{name}_ms"] == pytest.approx(np.median(values) * 1000)
+        for p in (50, 90, 99):
+            want = np.percentile(values, p) * 1000
+            assert m.metrics[f"p{p}_{name}_ms"] == pytest.approx(want), (name, p)
+    first = min(f["start_times"][i] for f, i in ok)
+    last = max(f["start_times"][i] + f["latencies"][i] for f, i in ok)
+    assert m.metrics["request_throughput"] == pytest.approx(18 / (last - first))
+    assert m.metrics["total_output_tokens"] == sum(f["total_output_tokens"] for f in files)
+    # A merge of one client is that client's own numbers (vLLM's definitions).
+    alone, _ = clientmerge.merge(paths[:1])
+    for key in ("mean_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms"):
+        assert alone[key] == pytest.approx(files[0][key]), key
+    # Each client's own numbers and evidence are kept; the start skew is reported.
+    assert [c["num_prompts"] for c in m.raw["clients"]] == [6, 6, 6]
+    assert len(m.detail["ttfts"]) == 18
+    clients = m.conditions["clients"]
+    assert [c["index"] for c in clients] == [0, 1, 2]
+    assert all(c["requests"] == 6 and "cpu_per_wall" in c for c in clients)
+    assert all("send_lag_p99_ms" in c for c in clients)
+    skew = m.conditions["client_skew"]
+    print("skew", skew, "clients", clients)
+    assert 0 <= skew["release_ms"] < 100 and 0 <= skew["first_send_ms"] < 250
+    assert m.commands["bench"].count("vllm bench serve") == 3
+
+
+def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> list:
+    """Once the bench client starts its timed requests, hold it to a small share of one
+    core: its threads pinned to ``core`` beside a busy competitor there, and its session's
+    scheduling group (the client runs in a session of its own: Linux autogroup) at nice
+    15 against the competitor's at 0: CFS weights 36 against 1024, about 3% of the core
+    while the competitor runs. Returns [competitor] once it started."""
+    started: list = []
+
+    def watch() -> None:
+        while not done.is_set():
+            if log.exists() and "Starting main benchmark run" in log.read_text(errors="replace"):
+                break
+            time.sleep(0.02)
+        else:
+            return
+        (client,) = [
+            k
+            for k in psutil.Process().children(recursive=True)
+            if "runners.bench_client" in " ".join(k.cmdline())
+        ]
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"],
+                preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+                start_new_session=True,
+            )
+        )
+        for thread in client.threads():
+            os.sched_setaffinity(thread.id, {core})
+        Path(f"/proc/{client.pid}/autogroup").write_text("15")
+
+    threading.Thread(target=watch, daemon=True).start()
+    return started
+
+
+def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkeypatch):
+    spec, backend, server, workdir = cached
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # its log says at once when it starts
+    point = Point(
+        sweep="starved",
+        axis=None,
+        value=None,
+        input_len=16,
+        output_len=16,
+        max_concurrency=8,
+        num_prompts=8,  # all sent at once: no kept-alive connection idles past the server's
+        request_rate=None,  # keep-alive while the client is starved (a disconnect)
+    )
+    log = workdir / "vllm-starved-r0.client.log"
+    done = threading.Event()
+    competitor = _starve_client_when_timed(log, sorted(os.sched_getaffinity(0))[-1], done)
+    try:
+        m = measure_point(server, spec, backend, point, 0, workdir)
+    finally:
+        done.set()
+        for proc in competitor:
+            proc.kill()
+            proc.wait()
+    assert competitor, "the client never started its timed requests"
+    assert m.status == "succeeded", m.error
+    (client,) = m.conditions["clients"]
+    print("starved client", client)
+    found = diagnose(m.model_dump())
+    assert found.cause == "client", found
+    assert "workload.clients: 2" in found.sentence or "more cores" in found.sentence
 
 
 def test_stopping_the_server_ends_its_whole_process_group(cached):

@@ -1,0 +1,54 @@
+"""Several load generators per point (``workload.clients``): the parts that need no server.
+
+The real runs (three clients against one tiny vLLM server merged exactly, a client held
+off its core named as the limit) share the server of ``test_vllm.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from portal.benchmarks import commands
+from runners import multiclient as mc
+from runners.spec import parse_spec
+from runners.vllm_bench import bench_script
+
+
+def spec_with(**workload):
+    base = {"input_len": 64, "output_len": 16, "num_prompts": 18, "max_concurrency": 6}
+    return parse_spec(
+        {
+            "model": {"id": "m", "max_model_len": 512},
+            "workload": base | workload,
+            "backends": [{"kind": "vllm"}],
+        }
+    )
+
+
+def test_each_client_sends_its_share_with_its_own_seed():
+    spec = spec_with(clients=4, num_prompts=18, max_concurrency=6, num_warmups=8, seed=7)
+    parts = mc.split(spec, spec.points()[0], 4)
+    assert [p.num_prompts for _, p in parts] == [5, 5, 4, 4]
+    assert [p.max_concurrency for _, p in parts] == [2, 2, 1, 1]
+    assert [s.workload.seed for s, _ in parts] == [7, 8, 9, 10]
+    assert [s.workload.num_warmups for s, _ in parts] == [2, 2, 2, 2]
+    rated = spec_with(clients=4, request_rate=10.0)
+    assert {p.request_rate for _, p in mc.split(rated, rated.points()[0], 4)} == {2.5}
+
+
+def test_clients_get_a_core_each_or_say_that_they_share():
+    assert mc.placement([0, 1, 2, 3], 3) == ([[3], [2], [1]], "each client on its own core of 4")
+    cores, how = mc.placement([0, 1], 3)
+    assert cores == [[1], [0], [1]] and how.startswith("3 clients share 2 cores")
+
+
+def test_the_run_page_shows_the_commands_the_clients_ran():
+    spec = spec_with(clients=3)
+    point = spec.points()[0]
+    ran = [Path(f"/work/run/vllm-single-r0.c{i}.json") for i in range(3)]
+    reported = bench_script(spec, point, "http://127.0.0.1:41234", ran)
+    assert reported.count("vllm bench serve") == 3 and reported.endswith("&\nwait")
+    assert "--num-prompts 6 --max-concurrency 2" in reported
+    shown = commands.shown(spec, "vllm", point.key, {"bench": reported})
+    assert shown == {"commands": {"serve": shown["commands"]["serve"], "bench": reported},
+                     "replaced": []}  # fmt: skip
