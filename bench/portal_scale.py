@@ -559,10 +559,10 @@ def results_fixtures(
         Measurement.objects.bulk_create(rows, batch_size=5000)
         return runs
 
-    compared = make_runs(compare_runs, COMPARE_VALUES[:points], "c" * 64, "compare")
-    make_runs(history_runs, [1, 16, 64], "d" * 64, "nightly")
+    compared = make_runs(compare_runs, COMPARE_VALUES[:points], COMPARE_FINGERPRINT, "compare")
+    make_runs(history_runs, [1, 16, 64], HISTORY_FINGERPRINT, "nightly")
     return ResultsFixtures(
-        [r.public_id for r in compared], "d" * 64, "concurrency:max_concurrency=16"
+        [r.public_id for r in compared], HISTORY_FINGERPRINT, "concurrency:max_concurrency=16"
     )
 
 
@@ -719,16 +719,72 @@ def page_weight(user: Any, url: str) -> dict[str, Any]:
     return {"first": first, "repeat": repeat, "html": len(html), "assets": rows}
 
 
+COMPARE_FINGERPRINT = "c" * 64
+HISTORY_FINGERPRINT = "d" * 64
+
+
+def small_pages(args: argparse.Namespace) -> dict[str, tuple[float, int, int]]:
+    """The pages at 1% of the data (their query counts are compared with the full size's),
+    then that data deleted."""
+    from django.contrib.auth import get_user_model
+
+    from portal.benchmarks.models import Measurement, Run
+
+    generate(max(1, args.runs // 100), args.measurements // 100)
+    user = get_user_model().objects.order_by("id").first()
+    sample = Run.objects.filter(owner=user).order_by("-created_at").first() or Run.objects.first()
+    small_results = results_fixtures(user, compare_runs=2, points=5, history_runs=10)
+    small = run_pages(user, sample.public_id, max(3, args.repeat // 4), small_results.targets)
+    Measurement.objects.all().delete()
+    Run.objects.all().delete()
+    get_user_model().objects.all().delete()
+    return small
+
+
+def reuse_database(name: str) -> str:
+    """Point the connection at the database an earlier ``--keep`` left, migrated to this
+    checkout (a new index is built on the kept rows); the old name, as create_test_db
+    returns it."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    old_name = connection.settings_dict["NAME"]
+    connection.close()
+    connection.settings_dict["NAME"] = name
+    call_command("migrate", verbosity=0, interactive=False)
+    return old_name
+
+
+def kept_results_fixtures() -> ResultsFixtures:
+    """The compare and history runs an earlier full-size fill made (``results_fixtures``)."""
+    from portal.benchmarks.models import Run
+
+    ids = Run.objects.filter(fingerprint=COMPARE_FINGERPRINT).order_by("created_at")
+    return ResultsFixtures(
+        list(ids.values_list("public_id", flat=True)),
+        HISTORY_FINGERPRINT,
+        "concurrency:max_concurrency=16",
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--measurements", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=30, help="timed requests per page")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the pages on the database an earlier --keep left (migrated to this "
+        "checkout first; no fill, no 1%% query counts): a 100,000-run fill takes ~20 minutes",
+    )
     args = parser.parse_args()
+    args.keep = args.keep or args.reuse
 
     setup_django()
     from django.conf import settings
+    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test.utils import override_settings, setup_test_environment
 
@@ -739,44 +795,39 @@ def main() -> int:
     test_settings["NAME"] = f"test_{connection.settings_dict['NAME']}_scale"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     t0 = time.perf_counter()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    if args.reuse:
+        old_name = reuse_database(test_settings["NAME"])
+    else:
+        old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     print(
         f"database {connection.settings_dict['NAME']} migrated in {time.perf_counter() - t0:.1f} s"
     )
     try:
         with override_settings(ROOT_URLCONF=trivial_urlconf()):
-            small_runs = max(1, args.runs // 100)
+            small: dict[str, tuple[float, int, int]] = {}
             t0 = time.perf_counter()
-            generate(small_runs, args.measurements // 100)
-            from django.contrib.auth import get_user_model
-
-            user = get_user_model().objects.order_by("id").first()
-            sample = (
-                Run.objects.filter(owner=user).order_by("-created_at").first()
-                or Run.objects.first()
-            )
-            small_results = results_fixtures(user, compare_runs=2, points=5, history_runs=10)
-            small = run_pages(
-                user, sample.public_id, max(3, args.repeat // 4), small_results.targets
-            )
-            Measurement.objects.all().delete()
-            Run.objects.all().delete()
-            get_user_model().objects.all().delete()
-
-            generate(args.runs, args.measurements)
+            if not args.reuse:
+                small = small_pages(args)
+                generate(args.runs, args.measurements)
             print(
                 f"generated {Run.objects.count():,} runs and {Measurement.objects.count():,} "
                 f"measurements in {time.perf_counter() - t0:.0f} s"
             )
             user = get_user_model().objects.order_by("id").first()
             sample = (
-                Run.objects.filter(owner=user, status="succeeded").order_by("-created_at").first()
+                Run.objects.filter(owner=user, status="succeeded")
+                .exclude(fingerprint__in=[COMPARE_FINGERPRINT, HISTORY_FINGERPRINT])
+                .order_by("-created_at")
+                .first()
             )
             n_meas = Measurement.objects.filter(run=sample).count()
             from portal.benchmarks.queries import visible_runs
 
             visible = visible_runs(user).count()
-            big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
+            if args.reuse:
+                big_results = kept_results_fixtures()
+            else:
+                big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
             big = run_pages(user, sample.public_id, args.repeat, big_results.targets)
             payload = big_results.compare_payload(user)
             from django.urls import reverse
