@@ -25,7 +25,11 @@ included) and on a repeat load (a browser refetches the HTML; static files with
 ``immutable`` and a max-age of a year or more come from its cache without a request,
 others are revalidated: a 304). Static files are collected with the production storage
 (hashed names, pre-compressed) into a temporary directory first. Goal: each results page
-within 5x the trivial view; under 1.5 MB first, under 100 kB repeat.
+within 5x the trivial view; under 1.5 MB first, under 100 kB repeat. Issue 29: a third
+timing, "build", deletes the finished run pages kept in Postgres (``web.StoredPage``)
+too, so the run page is built from its measurements (what "cold" measured before pages
+were stored); ``--keep`` then ``--reuse`` time a 100,000-run database again without
+filling it anew.
 
 Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
 """
@@ -571,33 +575,35 @@ def results_fixtures(
 RESULTS_PAGES = ("web run page", "web compare page", "web history page")
 
 
-def cold_and_warm(
-    user: Any, targets: dict[str, str], repeat: int
-) -> dict[str, tuple[float, float]]:
-    """label -> (median seconds warm, median seconds cold) for the results pages and the
-    trivial web view; cold empties the pages cache before each request. Round-robin, like
-    ``run_pages``."""
+def cold_and_warm(user: Any, targets: dict[str, str], repeat: int) -> dict[str, tuple[float, ...]]:
+    """label -> (median seconds warm, cold, first build) for the results pages and the
+    trivial web view. Cold empties the pages cache before each request (a finished run's
+    page is then read from Postgres, ``web.StoredPage``); first build also deletes the
+    stored pages: the page built from the measurements, as for a run nobody opened since
+    it ended (before pages were stored when runs end). Round-robin, like ``run_pages``."""
     from django.core.cache import caches
     from django.test import Client
 
     from portal.web import pagecache
+    from portal.web.models import StoredPage
 
     client = Client()
     client.force_login(user)
-    warm: dict[str, list[float]] = {label: [] for label in targets}
-    cold: dict[str, list[float]] = {label: [] for label in targets}
+    kinds = ("warm", "cold", "build")
+    found: dict[str, dict[str, list[float]]] = {k: {label: [] for label in targets} for k in kinds}
     for _ in range(repeat):
         for label, url in targets.items():
             client.get(url)  # fills the cache (another page's cold request emptied it)
-            t0 = time.perf_counter()
-            client.get(url)
-            warm[label].append(time.perf_counter() - t0)
-            caches[pagecache.ALIAS].clear()
-            t0 = time.perf_counter()
-            client.get(url)
-            cold[label].append(time.perf_counter() - t0)
+            for kind in kinds:
+                if kind != "warm":
+                    caches[pagecache.ALIAS].clear()
+                if kind == "build":
+                    StoredPage.objects.all().delete()
+                t0 = time.perf_counter()
+                client.get(url)
+                found[kind][label].append(time.perf_counter() - t0)
     return {
-        label: (statistics.median(warm[label]), statistics.median(cold[label])) for label in targets
+        label: tuple(statistics.median(found[kind][label]) for kind in kinds) for label in targets
     }
 
 
@@ -649,16 +655,14 @@ def warmed_first_visit(
     return statistics.median(warming), medians, built
 
 
-def two_timings(
-    names: tuple[str, str], rows: dict[str, tuple[float, float]], trivial: float
-) -> None:
-    """A table of two timings per page, in ms and against the trivial view."""
-    a, b = names
-    head = f"{'page':24} {a + ' ms':>8} {'x trivial':>9} {b + ' ms':>8} {'x trivial':>9}"
+def timings(names: tuple[str, ...], rows: dict[str, tuple[float, ...]], trivial: float) -> None:
+    """A table of timings per page, in ms and against the trivial view."""
+    head = f"{'page':24}" + "".join(f" {name + ' ms':>8} {'x trivial':>9}" for name in names)
     print(head)
     print("-" * len(head))
-    for label, (x, y) in rows.items():
-        print(f"{label:24} {x * 1000:8.2f} {x / trivial:9.1f} {y * 1000:8.2f} {y / trivial:9.1f}")
+    for label, values in rows.items():
+        cells = "".join(f" {x * 1000:8.2f} {x / trivial:9.1f}" for x in values)
+        print(f"{label:24}{cells}")
 
 
 def _wire_bytes(response: Any) -> tuple[int, bytes]:
@@ -900,15 +904,17 @@ def main() -> int:
     print(
         "\nresults pages against the trivial web view (goal: within 5x). warm: a finished "
         "run's page as a reader gets it after the first visit (portal.web.pagecache); cold: "
-        "that cache emptied before each request (the first visit)"
+        "that cache emptied before each request (a run's page read from Postgres, kept "
+        "when the run ended or was first read); build: the stored pages deleted too (built "
+        "from the measurements)"
     )
-    two_timings(("warm", "cold"), waits, trivial)
+    timings(("warm", "cold", "build"), waits, trivial)
     print(
         "\nwith SERVEBENCH_PAGE_CACHE=redis (one cache in Redis that every web process "
         "shares), a run of the 1,000-run series as it ends: the runner's report builds "
         f"{' and '.join(built) or 'nothing'} ({warming * 1000:.1f} ms); its owner's visits"
     )
-    two_timings(("first", "next"), first_visit, trivial)
+    timings(("first", "next"), first_visit, trivial)
     print(
         f"\nrun page transfer (gzip as served, headers included): first load "
         f"{weight['first']:,} bytes ({weight['first'] / 1e6:.2f} MB; goal < 1.5 MB), "
