@@ -397,17 +397,6 @@ class Measurement(models.Model):
                 fields=["run", "backend", "point_key", "repeat"], name="measurement_identity"
             ),
         ]
-        indexes = [
-            # queries.current's EXISTS, once per measurement row of a history, a noise
-            # series or the runs list's best column: WHERE run_id AND backend AND point_key
-            # AND sweep AND repeat = 1. Partial: repeat-1 rows are few, so each probe reads
-            # a small index instead of measurement_identity.
-            models.Index(
-                fields=["run", "backend", "point_key", "sweep"],
-                condition=Q(repeat=1),
-                name="measurement_repeat1",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"{self.backend} {self.point_key} #{self.repeat}"

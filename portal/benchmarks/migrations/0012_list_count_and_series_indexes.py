@@ -19,10 +19,6 @@ class Migration(migrations.Migration):
             name='run_fingerprint_created',
         ),
         migrations.AddIndex(
-            model_name='measurement',
-            index=models.Index(condition=models.Q(('repeat', 1)), fields=['run', 'backend', 'point_key', 'sweep'], name='measurement_repeat1'),
-        ),
-        migrations.AddIndex(
             model_name='run',
             index=models.Index(fields=['model_id', 'status'], include=('owner', 'is_public'), name='run_model_status_count'),
         ),
