@@ -25,7 +25,11 @@ included) and on a repeat load (a browser refetches the HTML; static files with
 ``immutable`` and a max-age of a year or more come from its cache without a request,
 others are revalidated: a 304). Static files are collected with the production storage
 (hashed names, pre-compressed) into a temporary directory first. Goal: each results page
-within 5x the trivial view; under 1.5 MB first, under 100 kB repeat.
+within 5x the trivial view; under 1.5 MB first, under 100 kB repeat. Issue 29: a third
+timing, "build", deletes the finished run pages kept in Postgres (``web.StoredPage``)
+too, so the run page is built from its measurements (what "cold" measured before pages
+were stored); ``--keep`` then ``--reuse`` time a 100,000-run database again without
+filling it anew.
 
 Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
 """
@@ -35,7 +39,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import gzip
 import os
 import random
 import re
@@ -439,7 +442,6 @@ class ResultsFixtures:
 
     def compare_payload(self, user: Any) -> dict[str, int]:
         """Bytes of the compare page's embedded chart JSON, of the page, of the API answer."""
-        import re
 
         from django.test import Client
 
@@ -559,10 +561,10 @@ def results_fixtures(
         Measurement.objects.bulk_create(rows, batch_size=5000)
         return runs
 
-    compared = make_runs(compare_runs, COMPARE_VALUES[:points], "c" * 64, "compare")
-    make_runs(history_runs, [1, 16, 64], "d" * 64, "nightly")
+    compared = make_runs(compare_runs, COMPARE_VALUES[:points], COMPARE_FINGERPRINT, "compare")
+    make_runs(history_runs, [1, 16, 64], HISTORY_FINGERPRINT, "nightly")
     return ResultsFixtures(
-        [r.public_id for r in compared], "d" * 64, "concurrency:max_concurrency=16"
+        [r.public_id for r in compared], HISTORY_FINGERPRINT, "concurrency:max_concurrency=16"
     )
 
 
@@ -571,33 +573,35 @@ def results_fixtures(
 RESULTS_PAGES = ("web run page", "web compare page", "web history page")
 
 
-def cold_and_warm(
-    user: Any, targets: dict[str, str], repeat: int
-) -> dict[str, tuple[float, float]]:
-    """label -> (median seconds warm, median seconds cold) for the results pages and the
-    trivial web view; cold empties the pages cache before each request. Round-robin, like
-    ``run_pages``."""
+def cold_and_warm(user: Any, targets: dict[str, str], repeat: int) -> dict[str, tuple[float, ...]]:
+    """label -> (median seconds warm, cold, first build) for the results pages and the
+    trivial web view. Cold empties the pages cache before each request (a finished run's
+    page is then read from Postgres, ``web.StoredPage``); first build also deletes the
+    stored pages: the page built from the measurements, as for a run nobody opened since
+    it ended (before pages were stored when runs end). Round-robin, like ``run_pages``."""
     from django.core.cache import caches
     from django.test import Client
 
     from portal.web import pagecache
+    from portal.web.models import StoredPage
 
     client = Client()
     client.force_login(user)
-    warm: dict[str, list[float]] = {label: [] for label in targets}
-    cold: dict[str, list[float]] = {label: [] for label in targets}
+    kinds = ("warm", "cold", "build")
+    found: dict[str, dict[str, list[float]]] = {k: {label: [] for label in targets} for k in kinds}
     for _ in range(repeat):
         for label, url in targets.items():
             client.get(url)  # fills the cache (another page's cold request emptied it)
-            t0 = time.perf_counter()
-            client.get(url)
-            warm[label].append(time.perf_counter() - t0)
-            caches[pagecache.ALIAS].clear()
-            t0 = time.perf_counter()
-            client.get(url)
-            cold[label].append(time.perf_counter() - t0)
+            for kind in kinds:
+                if kind != "warm":
+                    caches[pagecache.ALIAS].clear()
+                if kind == "build":
+                    StoredPage.objects.all().delete()
+                t0 = time.perf_counter()
+                client.get(url)
+                found[kind][label].append(time.perf_counter() - t0)
     return {
-        label: (statistics.median(warm[label]), statistics.median(cold[label])) for label in targets
+        label: tuple(statistics.median(found[kind][label]) for kind in kinds) for label in targets
     }
 
 
@@ -649,74 +653,62 @@ def warmed_first_visit(
     return statistics.median(warming), medians, built
 
 
-def two_timings(
-    names: tuple[str, str], rows: dict[str, tuple[float, float]], trivial: float
-) -> None:
-    """A table of two timings per page, in ms and against the trivial view."""
-    a, b = names
-    head = f"{'page':24} {a + ' ms':>8} {'x trivial':>9} {b + ' ms':>8} {'x trivial':>9}"
+def timings(names: tuple[str, ...], rows: dict[str, tuple[float, ...]], trivial: float) -> None:
+    """A table of timings per page, in ms and against the trivial view."""
+    head = f"{'page':24}" + "".join(f" {name + ' ms':>8} {'x trivial':>9}" for name in names)
     print(head)
     print("-" * len(head))
-    for label, (x, y) in rows.items():
-        print(f"{label:24} {x * 1000:8.2f} {x / trivial:9.1f} {y * 1000:8.2f} {y / trivial:9.1f}")
+    for label, values in rows.items():
+        cells = "".join(f" {x * 1000:8.2f} {x / trivial:9.1f}" for x in values)
+        print(f"{label:24}{cells}")
 
 
-def _wire_bytes(response: Any) -> tuple[int, bytes]:
-    """Bytes on the wire for one response: status line, headers, body as sent (gzip)."""
-    if response.streaming:
-        body = b"".join(response.streaming_content)
-        response.close()
-    else:
-        body = response.content
-    headers = sum(len(k) + len(str(v)) + 4 for k, v in response.headers.items())
-    cookies = sum(len(c.output()) + 2 for c in response.cookies.values())
-    return len("HTTP/1.1 200 OK\r\n") + headers + cookies + 2 + len(body), body
+COMPARE_FINGERPRINT = "c" * 64
+HISTORY_FINGERPRINT = "d" * 64
 
 
-def _cached_by_browser(response: Any) -> bool:
-    """Whether a browser reuses this response without asking again: immutable, and a
-    max-age of at least a year."""
-    control = response.get("Cache-Control", "")
-    found = re.search(r"max-age=(\d+)", control)
-    return "immutable" in control and bool(found) and int(found.group(1)) >= 365 * 24 * 3600
+def small_pages(args: argparse.Namespace) -> dict[str, tuple[float, int, int]]:
+    """The pages at 1% of the data (their query counts are compared with the full size's),
+    then that data deleted."""
+    from django.contrib.auth import get_user_model
+
+    from portal.benchmarks.models import Measurement, Run
+
+    generate(max(1, args.runs // 100), args.measurements // 100)
+    user = get_user_model().objects.order_by("id").first()
+    sample = Run.objects.filter(owner=user).order_by("-created_at").first() or Run.objects.first()
+    small_results = results_fixtures(user, compare_runs=2, points=5, history_runs=10)
+    small = run_pages(user, sample.public_id, max(3, args.repeat // 4), small_results.targets)
+    Measurement.objects.all().delete()
+    Run.objects.all().delete()
+    get_user_model().objects.all().delete()
+    return small
 
 
-def page_weight(user: Any, url: str) -> dict[str, Any]:
-    """The run page's transfer on a first and a repeat load, as a browser that accepts
-    gzip makes them: the HTML, then every script, stylesheet and icon it references."""
-    from django.test import Client
+def reuse_database(name: str) -> str:
+    """Point the connection at the database an earlier ``--keep`` left, migrated to this
+    checkout (a new index is built on the kept rows); the old name, as create_test_db
+    returns it."""
+    from django.core.management import call_command
+    from django.db import connection
 
-    client = Client(headers={"Accept-Encoding": "gzip, deflate, br"})
-    client.force_login(user)
-    response = client.get(url)
-    first, body = _wire_bytes(response)
-    html = gzip.decompress(body) if response.get("Content-Encoding") == "gzip" else body
-    assets = re.findall(rb'<(?:script[^>]*?src|link[^>]*?href)="(/static/[^"]+)"', html)
-    rows = []
-    repeat, _ = _wire_bytes(client.get(url))
-    for asset in dict.fromkeys(a.decode() for a in assets):
-        found = client.get(asset)
-        size, _ = _wire_bytes(found)
-        first += size
-        again = 0
-        if not _cached_by_browser(found):
-            check = {
-                "If-None-Match": found.get("ETag", ""),
-                "If-Modified-Since": found.get("Last-Modified", ""),
-            }
-            again, _ = _wire_bytes(client.get(asset, headers=check))
-        repeat += again
-        rows.append(
-            (
-                asset,
-                found.status_code,
-                size,
-                found.get("Content-Encoding", "-"),
-                found.get("Cache-Control", "-"),
-                again,
-            )
-        )
-    return {"first": first, "repeat": repeat, "html": len(html), "assets": rows}
+    old_name = connection.settings_dict["NAME"]
+    connection.close()
+    connection.settings_dict["NAME"] = name
+    call_command("migrate", verbosity=0, interactive=False)
+    return old_name
+
+
+def kept_results_fixtures() -> ResultsFixtures:
+    """The compare and history runs an earlier full-size fill made (``results_fixtures``)."""
+    from portal.benchmarks.models import Run
+
+    ids = Run.objects.filter(fingerprint=COMPARE_FINGERPRINT).order_by("created_at")
+    return ResultsFixtures(
+        list(ids.values_list("public_id", flat=True)),
+        HISTORY_FINGERPRINT,
+        "concurrency:max_concurrency=16",
+    )
 
 
 def main() -> int:
@@ -725,10 +717,18 @@ def main() -> int:
     parser.add_argument("--measurements", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=30, help="timed requests per page")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the pages on the database an earlier --keep left (migrated to this "
+        "checkout first; no fill, no 1%% query counts): a 100,000-run fill takes ~20 minutes",
+    )
     args = parser.parse_args()
+    args.keep = args.keep or args.reuse
 
     setup_django()
     from django.conf import settings
+    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test.utils import override_settings, setup_test_environment
 
@@ -739,44 +739,39 @@ def main() -> int:
     test_settings["NAME"] = f"test_{connection.settings_dict['NAME']}_scale"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     t0 = time.perf_counter()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    if args.reuse:
+        old_name = reuse_database(test_settings["NAME"])
+    else:
+        old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     print(
         f"database {connection.settings_dict['NAME']} migrated in {time.perf_counter() - t0:.1f} s"
     )
     try:
         with override_settings(ROOT_URLCONF=trivial_urlconf()):
-            small_runs = max(1, args.runs // 100)
+            small: dict[str, tuple[float, int, int]] = {}
             t0 = time.perf_counter()
-            generate(small_runs, args.measurements // 100)
-            from django.contrib.auth import get_user_model
-
-            user = get_user_model().objects.order_by("id").first()
-            sample = (
-                Run.objects.filter(owner=user).order_by("-created_at").first()
-                or Run.objects.first()
-            )
-            small_results = results_fixtures(user, compare_runs=2, points=5, history_runs=10)
-            small = run_pages(
-                user, sample.public_id, max(3, args.repeat // 4), small_results.targets
-            )
-            Measurement.objects.all().delete()
-            Run.objects.all().delete()
-            get_user_model().objects.all().delete()
-
-            generate(args.runs, args.measurements)
+            if not args.reuse:
+                small = small_pages(args)
+                generate(args.runs, args.measurements)
             print(
                 f"generated {Run.objects.count():,} runs and {Measurement.objects.count():,} "
                 f"measurements in {time.perf_counter() - t0:.0f} s"
             )
             user = get_user_model().objects.order_by("id").first()
             sample = (
-                Run.objects.filter(owner=user, status="succeeded").order_by("-created_at").first()
+                Run.objects.filter(owner=user, status="succeeded")
+                .exclude(fingerprint__in=[COMPARE_FINGERPRINT, HISTORY_FINGERPRINT])
+                .order_by("-created_at")
+                .first()
             )
             n_meas = Measurement.objects.filter(run=sample).count()
             from portal.benchmarks.queries import visible_runs
 
             visible = visible_runs(user).count()
-            big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
+            if args.reuse:
+                big_results = kept_results_fixtures()
+            else:
+                big_results = results_fixtures(user, compare_runs=8, points=20, history_runs=1000)
             big = run_pages(user, sample.public_id, args.repeat, big_results.targets)
             payload = big_results.compare_payload(user)
             from django.urls import reverse
@@ -805,6 +800,8 @@ def main() -> int:
             warming, first_visit, built = warmed_first_visit(
                 ended.owner, ended.pk, linked, max(5, args.repeat // 2)
             )
+            from page_weight import page_weight  # bench/page_weight.py, beside this file
+
             weight = page_weight(user, results_urls["web run page"])
     finally:
         if not args.keep:
@@ -849,15 +846,17 @@ def main() -> int:
     print(
         "\nresults pages against the trivial web view (goal: within 5x). warm: a finished "
         "run's page as a reader gets it after the first visit (portal.web.pagecache); cold: "
-        "that cache emptied before each request (the first visit)"
+        "that cache emptied before each request (a run's page read from Postgres, kept "
+        "when the run ended or was first read); build: the stored pages deleted too (built "
+        "from the measurements)"
     )
-    two_timings(("warm", "cold"), waits, trivial)
+    timings(("warm", "cold", "build"), waits, trivial)
     print(
         "\nwith SERVEBENCH_PAGE_CACHE=redis (one cache in Redis that every web process "
         "shares), a run of the 1,000-run series as it ends: the runner's report builds "
         f"{' and '.join(built) or 'nothing'} ({warming * 1000:.1f} ms); its owner's visits"
     )
-    two_timings(("first", "next"), first_visit, trivial)
+    timings(("first", "next"), first_visit, trivial)
     print(
         f"\nrun page transfer (gzip as served, headers included): first load "
         f"{weight['first']:,} bytes ({weight['first'] / 1e6:.2f} MB; goal < 1.5 MB), "

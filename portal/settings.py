@@ -80,6 +80,11 @@ _database_url = env.string(
 DATABASES = {"default": env.database(_database_url)}
 DATABASES["default"]["CONN_MAX_AGE"] = env.integer("SERVEBENCH_DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# No JIT compilation of queries: the pages' queries are short, but over a large table the
+# planner's cost estimates pass jit_above_cost and PostgreSQL spent ~200 ms compiling a
+# history's 40 ms query at 100,000 runs (docs/scale.md). Options in DATABASE_URL come after.
+_db_options = DATABASES["default"].setdefault("OPTIONS", {})
+_db_options["options"] = " ".join(["-c jit=off", _db_options.get("options", "")]).strip()
 
 REDIS_URL = env.broker(
     env.string(

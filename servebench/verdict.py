@@ -48,6 +48,7 @@ Django.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -207,10 +208,12 @@ def parse_metric(name: str) -> Metric:
     )
 
 
+@functools.lru_cache(maxsize=512)
 def judged_metric(name: str) -> Metric | None:
     """The metric if the engine judges it (throughput, latency statistics, energy and cost
     per token), else None (preemptions, KV-cache usage, power...: facts a page shows
-    without a verdict)."""
+    without a verdict). Remembered per name (a ``Metric`` is frozen): a comparison asks
+    for every row, and a name it does not judge costs a "did you mean" search."""
     try:
         return parse_metric(name)
     except ValueError:
@@ -227,6 +230,11 @@ class Side:
 
     metrics: list[Mapping[str, Any]] = field(default_factory=list)
     details: list[Mapping[str, Any]] | None = None
+    # reported() per (metric key, repeats): a comparison asks for each metric twice
+    # (samples_needed, then compare_metric); a repeat appended later makes a new key.
+    _reported: dict[tuple[str, int], list[float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def repeats(self) -> int:
@@ -234,12 +242,12 @@ class Side:
 
     def reported(self, metric: Metric) -> list[float]:
         """The per-repeat values the client reported (``median`` read as ``p50`` too)."""
-        out = []
-        for m in self.metrics:
-            value = _reported(m, metric.key)
-            if value is not None:
-                out.append(value)
-        return out
+        memo = (metric.key, len(self.metrics))
+        found = self._reported.get(memo)
+        if found is None:
+            found = [v for m in self.metrics if (v := _reported(m, metric.key)) is not None]
+            self._reported[memo] = found
+        return list(found)
 
     def per_repeat(self, metric: Metric) -> list[float]:
         """One value per repeat: as reported when every repeat reported it, else

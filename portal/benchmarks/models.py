@@ -198,6 +198,20 @@ class Run(models.Model):
             models.Index(fields=["gpu_name", "-created_at"], name="run_gpu_created"),
             # Runs list ?backend=: WHERE backends @> ARRAY[%s].
             GinIndex(fields=["backends"], name="run_backends_gin"),
+            # The runs list pager's COUNT(*) with ?model= [&status=]: WHERE model_id = %s
+            # [AND status = %s] AND (owner_id = %s OR is_public), index-only (no wide row
+            # read; at 100,000 runs ~5x faster than counting through run_model_created).
+            models.Index(
+                fields=["model_id", "status"],
+                include=["owner", "is_public"],
+                name="run_model_status_count",
+            ),
+            # The same for ?gpu= [&status=] [&backend=]: backends is read from the index.
+            models.Index(
+                fields=["gpu_name", "status"],
+                include=["owner", "is_public", "backends"],
+                name="run_gpu_status_count",
+            ),
             # Reconcile, every period: WHERE status IN ('dispatched', 'running') (and the
             # re-dispatch of stale 'queued' runs). Partial: finished runs are most rows.
             models.Index(
@@ -207,8 +221,15 @@ class Run(models.Model):
             ),
             # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC; the
             # verdict's noise series adds AND owner_id, status, config_fingerprint (a
-            # handful of rows per fingerprint: filtered on the index's rows).
-            models.Index(fields=["fingerprint", "-created_at"], name="run_fingerprint_created"),
+            # handful of rows per fingerprint: filtered on the index's rows). Who may see
+            # a run (owner_id, is_public) and its status are in the index: the history's
+            # "runs of the series this reader sees" is an index-only scan, where without
+            # them the planner ANDed a bitmap of every visible run (growing with the table).
+            models.Index(
+                fields=["fingerprint", "-created_at"],
+                include=["id", "owner", "is_public", "status"],
+                name="run_fingerprint_visible",
+            ),
             # The dispatcher's claim order: WHERE status = 'queued'
             # ORDER BY priority DESC, created_at, id (and a queued run's place in it).
             models.Index(

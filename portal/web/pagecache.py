@@ -15,18 +15,28 @@ run moves (sharing toggles, status changes: ``sharing.set_public``,
 reads its noise from (how many runs the reader sees in it, and the latest
 ``updated_at`` among them). ``VERSION`` changes when what is cached changes shape.
 Unfinished runs are never cached: their pages are rebuilt on every request.
+
+A finished run's own page is also kept in Postgres (``StoredPage``, ``run=`` below): the
+cache forgets (a day's timeout, a restart, an eviction, or another process's memory),
+and rebuilding a run's page from its measurements costs ~3x serving it. So a run's page
+is built once, when the run ends (``portal.web.warm``) or for its first reader, and read
+back from the table after the cache has forgotten it (one indexed query).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import pickle
+import zlib
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +63,11 @@ def _part(value: Any) -> str:
     return str(value)
 
 
-def get_or_build(cache_key: str | None, build: Callable[[], T]) -> T:
+def get_or_build(cache_key: str | None, build: Callable[[], T], run: Any = None) -> T:
     """The cached value for ``cache_key``, else ``build()`` (stored under the key). With
-    ``cache_key`` None (something unfinished in it) it is always built."""
+    ``cache_key`` None (something unfinished in it) it is always built. With ``run`` (a
+    finished run whose own page this is) the value is also kept in Postgres and read
+    from there when the cache has forgotten it (module docstring)."""
     if cache_key is None:
         return build()
     cache = caches[ALIAS]
@@ -66,12 +78,47 @@ def get_or_build(cache_key: str | None, build: Callable[[], T]) -> T:
         return build()
     if found is not None:
         return found
-    value = build()
+    value = stored(cache_key) if run is not None else None
+    if value is None:
+        value = build()
+        if run is not None:
+            store(run, cache_key, value)
     try:
         cache.set(cache_key, value, TIMEOUT_SECONDS)
     except Exception:  # full (maxmemory), or out of reach: the reader still gets the page
         log.warning("pages cache unwritable; the page is served uncached", exc_info=True)
     return value
+
+
+def stored(cache_key: str) -> Any:
+    """The page kept in Postgres under ``cache_key``, or None (none, or unreadable)."""
+    from portal.web.models import StoredPage
+
+    try:
+        blob = StoredPage.objects.filter(key=cache_key).values_list("value", flat=True).first()
+        return None if blob is None else pickle.loads(zlib.decompress(blob))  # noqa: S301 - ours
+    except Exception:  # a row of another code version, or the database refused: build it
+        log.warning("stored page %s unreadable; building it", cache_key, exc_info=True)
+        return None
+
+
+def store(run: Any, cache_key: str, value: Any) -> None:
+    """Keep ``value`` in Postgres under ``cache_key`` for the finished ``run``, and delete
+    the run's rows that no key can name any more (an older ``updated_at`` or VERSION):
+    one statement."""
+    blob = zlib.compress(pickle.dumps(value, pickle.HIGHEST_PROTOCOL), 6)
+    sql = (  # StoredPage's table
+        "WITH stale AS (DELETE FROM web_storedpage WHERE run_id = %s"
+        " AND NOT (version = %s AND created_at >= %s))"
+        " INSERT INTO web_storedpage (run_id, key, version, value, created_at)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING"  # another process was first
+    )
+    params = [run.pk, VERSION, run.updated_at, run.pk, cache_key, VERSION, blob, timezone.now()]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:  # a failure leaves the
+            cursor.execute(sql, params)  # request's transaction as it was
+    except DatabaseError:  # a read-only replica, or the run just deleted: served unstored
+        log.warning("could not store the page of run %s", run.pk, exc_info=True)
 
 
 def all_final(runs: Iterable[Any]) -> bool:

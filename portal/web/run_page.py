@@ -260,7 +260,9 @@ def warm(run: Run) -> dict[str, Any]:
     if not run.is_final:
         raise ValueError(f"run {run.short_id} is {run.status}: only a finished page is kept")
     parts = {
-        manager: pagecache.get_or_build(_key(run, manager), lambda m=manager: results_part(run, m))
+        manager: pagecache.get_or_build(
+            _key(run, manager), lambda m=manager: results_part(run, m), run=run
+        )
         for manager in (True, False)
     }
     return parts[True]
@@ -289,7 +291,7 @@ def build(
     manager = queries.may_manage(user, run)
     reference = reference_param(run, reference)
     part = pagecache.get_or_build(
-        _key(run, manager, reference), lambda: results_part(run, manager, reference)
+        _key(run, manager, reference), lambda: results_part(run, manager, reference), run=run
     )
     rerun_info = rerun_context(user, run)
     related = [rerun_info.get("original"), *rerun_info["reruns"]]

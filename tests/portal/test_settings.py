@@ -184,3 +184,14 @@ def test_every_variable_the_settings_read_is_in_the_configuration_reference():
     elsewhere = {"SERVEBENCH_CACHE", "SERVEBENCH_HOME"}  # read by portal/lib and the Makefile
     code = "\n".join(p.read_text() for p in (REPO / "portal").rglob("*.py"))
     assert sorted(n for n in documented - read - elsewhere if n not in code) == []
+
+
+@pytest.mark.django_db
+def test_the_portal_s_connections_compile_no_query():
+    """JIT is off: over a large table the planner's estimates pass jit_above_cost and
+    compiling cost a history ~200 ms for a 40 ms query (docs/scale.md)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "off"

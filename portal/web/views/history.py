@@ -23,7 +23,7 @@ from portal.benchmarks import history as hist
 from portal.benchmarks import queries
 from portal.benchmarks.models import FINAL_STATUSES, Run
 from portal.benchmarks.points import METRIC_BY_KEY
-from portal.web import figures, pagecache
+from portal.web import figures, pagecache, run_rows
 from portal.web.figures.common import by_sweep, chart
 
 TABLE_ROWS = 100  # the chart shows every run; the table the newest ones
@@ -135,6 +135,6 @@ def history_context(fresh: dict[str, Any], fingerprint: str) -> dict[str, Any]:
         "chart_groups": by_sweep(fresh["figures"]),
         "metric_choices": [METRIC_BY_KEY[k] for k in hist.HISTORY_METRICS],
         "fingerprint": fingerprint,
-        "rows": list(reversed(history.points))[:TABLE_ROWS],
+        "tbody": run_rows.history_rows(list(reversed(history.points))[:TABLE_ROWS]),
         "table_rows": TABLE_ROWS,
     }
