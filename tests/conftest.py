@@ -11,6 +11,8 @@
   the GPU path on a GPU machine), never skip. ``SERVEBENCH_TEST_GPU=1`` is CI saying its
   machine has an NVIDIA GPU (``0``: that it has none): a test asking for ``hardware`` then
   fails when the machine disagrees, so a broken driver cannot pass as "no GPU".
+- ``server_starts``: the session counts the vLLM servers, ``transformers serve`` and
+  runner processes it starts, per module, and prints the table at its end.
 - No test reaches the Hugging Face hub: HF_HUB_OFFLINE=1. vLLM's CPU build keeps its
   KV cache small (VLLM_CPU_KVCACHE_SPACE=1 GiB) unless the caller set it.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import server_starts
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -172,3 +175,30 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def early_stop() -> Callable[[Path, Callable[[], None]], Callable[[], None]]:
     """``stop_after_directory`` for a conftest's fixtures (see above)."""
     return stop_after_directory
+
+
+# --------------------------------------------------------------------------- start counter
+
+_COUNTER: server_starts.StartCounter | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _COUNTER
+    if not session.config.option.collectonly:
+        _COUNTER = server_starts.StartCounter()
+        _COUNTER.start()
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if _COUNTER is not None:
+        _COUNTER.current = nodeid.split("::")[0]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _COUNTER is None:
+        return
+    _COUNTER.stop()
+    terminalreporter.write_sep("-", "server starts")
+    terminalreporter.write_line(_COUNTER.table())
+    if (path := server_starts.output_path()) is not None:
+        _COUNTER.write(path)

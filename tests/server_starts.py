@@ -1,0 +1,112 @@
+"""Count what the suite starts that costs a minute: vLLM servers, ``transformers serve``
+and whole runner processes (``python -m runners run``, directly or through the local
+executor and Celery), per test module.
+
+A vLLM server start is ~60-100 s on 2 cores (importing torch and vLLM, loading, warming
+up), so the number of starts is the robust measure of the suite's cost where wall time
+depends on what else the machine runs. A thread samples the process table once a second
+(a new process's command line only, so a sample costs milliseconds) and attributes each
+new server to the test running at that moment; a process seen once is not counted again,
+nor a child whose parent was already counted as the same kind (vLLM's engine core).
+A start that dies within a second can be missed: those cost nothing worth counting.
+
+``tests/conftest.py`` wires it in; the table is printed at the end of the session and,
+with ``SERVEBENCH_SERVER_STARTS=FILE``, written there as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+KINDS = ("vllm server", "transformers serve", "runner run")
+
+
+def kind_of(argv: list[str]) -> str | None:
+    """Which expensive start this command line is, or None."""
+    if "vllm.entrypoints.openai.api_server" in argv or argv[1:3] == ["serve", "--model"]:
+        return "vllm server"
+    if "serve" in argv and any(a.startswith("transformers") for a in argv[:4]):
+        return "transformers serve"
+    for i in range(len(argv) - 2):
+        if argv[i : i + 3] == ["-m", "runners", "run"]:
+            return "runner run"
+    return None
+
+
+class StartCounter:
+    """Samples the process table in a daemon thread; ``counts`` maps (module, kind) to
+    the number of starts seen while a test of that module ran."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.current = "(between tests)"
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._seen: set[int] = set(psutil.pids())  # what ran before the session
+        self._kind: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="server-starts", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        for pid in psutil.pids():
+            if pid in self._seen:
+                continue
+            self._seen.add(pid)
+            try:
+                proc = psutil.Process(pid)
+                argv, parent = proc.cmdline(), proc.ppid()
+            except psutil.Error:
+                continue
+            kind = kind_of(argv)
+            if kind is None:
+                continue
+            self._kind[pid] = kind
+            if self._kind.get(parent) != kind:  # a forked child of a counted server is not
+                self.counts[(self.current, kind)] += 1
+
+    def total(self, kind: str) -> int:
+        return sum(n for (_, k), n in self.counts.items() if k == kind)
+
+    def table(self) -> str:
+        modules = sorted({m for m, _ in self.counts})
+        totals = ", ".join(f"{self.total(k)} {k}" for k in KINDS)
+        lines = [f"expensive starts: {totals} (sampled once a second)"]
+        for module in modules:
+            row = ", ".join(
+                f"{self.counts[(module, k)]} {k}" for k in KINDS if self.counts[(module, k)]
+            )
+            lines.append(f"  {module}: {row}")
+        return "\n".join(lines)
+
+    def write(self, path: Path) -> None:
+        data = {
+            "totals": {k: self.total(k) for k in KINDS},
+            "modules": {
+                m: {k: n for (mm, k), n in self.counts.items() if mm == m}
+                for m in sorted({m for m, _ in self.counts})
+            },
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def output_path() -> Path | None:
+    value = os.environ.get("SERVEBENCH_SERVER_STARTS", "").strip()
+    return Path(value) if value else None
