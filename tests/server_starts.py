@@ -8,6 +8,10 @@ depends on what else the machine runs. A thread samples the process table once a
 (a new process's command line only, so a sample costs milliseconds) and attributes each
 new server to the test running at that moment; a process seen once is not counted again,
 nor a child whose parent was already counted as the same kind (vLLM's engine core).
+Only this session's processes count (other sessions may share the machine): those whose
+environment carries the session's ``SERVEBENCH_TEST_SESSION`` mark, which every child
+inherits however it was started (a Celery worker's runner, a daemon). Processes in the
+one-node cluster's containers do not inherit it and are not counted.
 A start that dies within a second can be missed: those cost nothing worth counting.
 
 ``tests/conftest.py`` wires it in; the table is printed at the end of the session and,
@@ -19,12 +23,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import psutil
 
 KINDS = ("vllm server", "transformers serve", "runner run")
+MARK = "SERVEBENCH_TEST_SESSION"
 
 
 def kind_of(argv: list[str]) -> str | None:
@@ -51,8 +57,10 @@ class StartCounter:
         self._kind: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="server-starts", daemon=True)
+        self.mark = f"{os.getpid()}-{time.time_ns()}"
 
     def start(self) -> None:
+        os.environ[MARK] = self.mark
         self._thread.start()
 
     def stop(self) -> None:
@@ -75,11 +83,17 @@ class StartCounter:
             except psutil.Error:
                 continue
             kind = kind_of(argv)
-            if kind is None:
+            if kind is None or not self._ours(proc):
                 continue
             self._kind[pid] = kind
             if self._kind.get(parent) != kind:  # a forked child of a counted server is not
                 self.counts[(self.current, kind)] += 1
+
+    def _ours(self, proc: psutil.Process) -> bool:
+        try:
+            return proc.environ().get(MARK) == self.mark
+        except psutil.Error:
+            return False
 
     def total(self, kind: str) -> int:
         return sum(n for (_, k), n in self.counts.items() if k == kind)
