@@ -58,15 +58,22 @@ class StartCounter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="server-starts", daemon=True)
         self.mark = f"{os.getpid()}-{time.time_ns()}"
+        self._outer: str | None = None
 
     def start(self) -> None:
+        self._outer = os.environ.get(MARK)
         os.environ[MARK] = self.mark
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling (after a last sample) and give the environment its mark back."""
         self._stop.set()
         self._thread.join(timeout=5)
         self.sample()
+        if self._outer is None:
+            os.environ.pop(MARK, None)
+        else:
+            os.environ[MARK] = self._outer
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
