@@ -5,9 +5,11 @@ executor and Celery), per test module.
 A vLLM server start is ~60-100 s on 2 cores (importing torch and vLLM, loading, warming
 up), so the number of starts is the robust measure of the suite's cost where wall time
 depends on what else the machine runs. A thread samples the process table once a second
-(a new process's command line only, so a sample costs milliseconds) and attributes each
-new server to the test running at that moment; a process seen once is not counted again,
-nor a child whose parent was already counted as the same kind (vLLM's engine core).
+(the command lines of new processes only, so a sample costs milliseconds) and attributes
+each new server to the test running at that moment; a process is counted once, and not
+at all if its parent was counted as the same kind (vLLM's engine core, forked). A child
+between fork and exec still shows its parent's command line, so a process is looked at
+again until it is ``SETTLE_S`` old.
 Only this session's processes count (other sessions may share the machine): those whose
 environment carries the session's ``SERVEBENCH_TEST_SESSION`` mark, which every child
 inherits however it was started (a Celery worker's runner, a daemon). Processes in the
@@ -31,6 +33,7 @@ import psutil
 
 KINDS = ("vllm server", "transformers serve", "runner run")
 MARK = "SERVEBENCH_TEST_SESSION"
+SETTLE_S = 10.0
 
 
 def kind_of(argv: list[str]) -> str | None:
@@ -80,21 +83,26 @@ class StartCounter:
             self.sample()
 
     def sample(self) -> None:
+        now = time.time()
         for pid in psutil.pids():
             if pid in self._seen:
                 continue
-            self._seen.add(pid)
             try:
                 proc = psutil.Process(pid)
-                argv, parent = proc.cmdline(), proc.ppid()
+                argv, parent, born = proc.cmdline(), proc.ppid(), proc.create_time()
             except psutil.Error:
+                self._seen.add(pid)
                 continue
             kind = kind_of(argv)
-            if kind is None or not self._ours(proc):
-                continue
-            self._kind[pid] = kind
-            if self._kind.get(parent) != kind:  # a forked child of a counted server is not
-                self.counts[(self.current, kind)] += 1
+            if kind is not None and self._ours(proc):
+                self._kind[pid] = kind
+                if self._kind.get(parent) != kind:  # not a forked child of a counted one
+                    self.counts[(self.current, kind)] += 1
+                    self._seen.add(pid)
+                    continue
+            # Between fork and exec a child shows its parent's command line: look again.
+            if now - born > SETTLE_S:
+                self._seen.add(pid)
 
     def _ours(self, proc: psutil.Process) -> bool:
         try:
