@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from shared_servers import SHARED_VLLM_BACKEND, SHARED_VLLM_MAX_MODEL_LEN
+from shared_servers import shared_vllm_spec
 
 from runners import procs
 from runners.result import METRIC_KEYS, ResultDocument
@@ -93,8 +93,11 @@ def start_cli(spec, tmp_path: Path, *extra: str) -> subprocess.Popen:
 def cached(shared_vllm, tmp_path_factory):
     """Spec, backend and the shared running server, prefix caching on (reset between
     points)."""
-    model = {"id": shared_vllm.spec.model.id, "max_model_len": SHARED_VLLM_MAX_MODEL_LEN}
-    spec = spec_for(model["id"], model=model, backends=[SHARED_VLLM_BACKEND])
+    spec = shared_vllm_spec(
+        shared_vllm.spec.model.id,
+        {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 1},
+        sweeps=[{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
+    )  # spec_for's load, the shared server's model and backend
     workdir = tmp_path_factory.mktemp("vllm")
     return spec, shared_vllm.backend, shared_vllm.running(), workdir
 
