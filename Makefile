@@ -68,13 +68,15 @@ stop:
 	@$(PY) scripts/quickstart.py --stop
 
 # Each phase prints its time; the suite writes a JUnit report that bench/test_budget.py
-# reads (the phase against its 30-minute budget, time per directory, the slowest tests).
+# reads (the phase against its 30-minute budget, time per directory, the slowest tests),
+# and the servers and runner processes it started, per module (tests/server_starts.py).
 REPORTS = artifacts/test-reports
 test: browser kube k8s-images
 	@mkdir -p $(REPORTS)
 	@start=$$SECONDS; $(PY) -m ruff check . && $(PY) -m ruff format --check .; rc=$$?; \
 	echo "test: phase 'lint' took $$((SECONDS - start)) s"; exit $$rc
-	@start=$$SECONDS; $(PY) -m pytest -m "not fuzz" --durations=25 \
+	@start=$$SECONDS; SERVEBENCH_SERVER_STARTS=$(REPORTS)/server-starts.json \
+	  $(PY) -m pytest -m "not fuzz" --durations=25 \
 	  --junitxml=$(REPORTS)/suite.xml $(PYTEST_ARGS); rc=$$?; \
 	echo "test: phase 'suite' took $$((SECONDS - start)) s"; \
 	$(PY) bench/test_budget.py $(REPORTS)/suite.xml --top 10 || true; exit $$rc

@@ -7,11 +7,17 @@ change that makes the suite slower shows where. It reports; it never fails a bui
 is judged by people reading ratios, not by timed assertions).
 
     python bench/test_budget.py [REPORT.xml ...] [--budget-min 30] [--top 25]
+
+Where the session also wrote how many vLLM servers, ``transformers serve`` and runner
+processes each module started (``server-starts.json`` beside the report:
+``tests/server_starts.py``), those counts follow: the robust measure of what the suite
+costs, where its minutes depend on what else the machine ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -86,6 +92,19 @@ def report(wall: float, cases: list[Case], budget_min: float, top: int) -> str:
     return "\n".join(lines)
 
 
+def starts(path: Path) -> str:
+    """The server starts the session counted (``server-starts.json``), most first; "" when
+    the session wrote none."""
+    if not path.is_file():
+        return ""
+    data = json.loads(path.read_text())
+    lines = ["", "server starts: " + ", ".join(f"{n} {k}" for k, n in data["totals"].items())]
+    modules = sorted(data["modules"].items(), key=lambda kv: -sum(kv[1].values()))
+    for module, counts in modules:
+        lines.append(f"  {module}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="*", type=Path, default=[DEFAULT_REPORT])
@@ -105,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         wall += w
         cases += c
     print(report(wall, cases, args.budget_min, args.top))
+    for path in args.reports:
+        if text := starts(path.parent / "server-starts.json"):
+            print(text)
     return 0
 
 

@@ -11,6 +11,12 @@
   the GPU path on a GPU machine), never skip. ``SERVEBENCH_TEST_GPU=1`` is CI saying its
   machine has an NVIDIA GPU (``0``: that it has none): a test asking for ``hardware`` then
   fails when the machine disagrees, so a broken driver cannot pass as "no GPU".
+- ``shared_vllm``: one tiny vLLM server for the session (``tests/shared_servers.py``),
+  for every test that needs *a* server; it starts with its first user and stops after
+  its last (``stop_after_last_use``). Tests marked ``stops_shared_vllm`` run after the
+  other users.
+- ``server_starts``: the session counts the vLLM servers, ``transformers serve`` and
+  runner processes it starts, per module, and prints the table at its end.
 - No test reaches the Hugging Face hub: HF_HUB_OFFLINE=1. vLLM's CPU build keeps its
   KV cache small (VLLM_CPU_KVCACHE_SPACE=1 GiB) unless the caller set it.
 """
@@ -19,11 +25,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import server_starts
+from shared_servers import SharedVLLM
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -140,9 +148,13 @@ _EARLY_STOPS: dict[Path, list[Callable[[], None]]] = {}
 _LAST_ITEM: dict[Path, str] = {}
 
 
-def stop_after_directory(directory: Path, stop: Callable[[], None]) -> Callable[[], None]:
-    """Register ``stop`` to run when ``directory``'s last test ends; returns a wrapper
-    that runs it at most once (for the fixture's own teardown)."""
+# The same for what a fixture shares across directories (the shared vLLM server): its
+# stop runs when the last test that uses the fixture (directly or through another) ends.
+_LAST_USE_STOPS: dict[str, list[Callable[[], None]]] = {}
+_LAST_USER: dict[str, str] = {}
+
+
+def _once(stop: Callable[[], None]) -> Callable[[], None]:
     done = False
 
     def once() -> None:
@@ -151,13 +163,49 @@ def stop_after_directory(directory: Path, stop: Callable[[], None]) -> Callable[
             done = True
             stop()
 
+    return once
+
+
+def stop_after_directory(directory: Path, stop: Callable[[], None]) -> Callable[[], None]:
+    """Register ``stop`` to run when ``directory``'s last test ends; returns a wrapper
+    that runs it at most once (for the fixture's own teardown)."""
+    once = _once(stop)
     _EARLY_STOPS.setdefault(directory.resolve(), []).append(once)
     return once
+
+
+def stop_after_last_use(fixturename: str, stop: Callable[[], None]) -> Callable[[], None]:
+    """Register ``stop`` to run when the last test using ``fixturename`` ends; returns a
+    wrapper that runs it at most once (for the fixture's own teardown)."""
+    once = _once(stop)
+    _LAST_USE_STOPS.setdefault(fixturename, []).append(once)
+    return once
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``stops_shared_vllm`` stop the shared server: they run after every
+    other test that uses it (after pytest-django's reordering, hence trylast)."""
+    users = [i for i, item in enumerate(items) if SHARED_VLLM in _fixturenames(item)]
+    stoppers = [i for i in users if items[i].get_closest_marker("stops_shared_vllm")]
+    others = [i for i in users if i not in stoppers]
+    if not stoppers or not others or min(stoppers) > max(others):
+        return
+    moved = [items[i] for i in stoppers]
+    rest = [item for i, item in enumerate(items) if i not in stoppers]
+    at = rest.index(items[max(others)]) + 1
+    items[:] = [*rest[:at], *moved, *rest[at:]]
+
+
+def _fixturenames(item: pytest.Item) -> list[str]:
+    return list(getattr(item, "fixturenames", ()))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:  # the final order, after every reordering hook
         _LAST_ITEM[Path(item.path).resolve().parent] = item.nodeid
+        for name in _fixturenames(item):
+            _LAST_USER[name] = item.nodeid
 
 
 @pytest.hookimpl(trylast=True)
@@ -166,9 +214,59 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if _LAST_ITEM.get(directory) == item.nodeid:
         for stop in reversed(_EARLY_STOPS.pop(directory, [])):
             stop()
+    for name in [n for n, last in _LAST_USER.items() if last == item.nodeid]:
+        for stop in reversed(_LAST_USE_STOPS.pop(name, [])):
+            stop()
 
 
 @pytest.fixture(scope="session")
 def early_stop() -> Callable[[Path, Callable[[], None]], Callable[[], None]]:
     """``stop_after_directory`` for a conftest's fixtures (see above)."""
     return stop_after_directory
+
+
+# --------------------------------------------------------------------------- start counter
+
+_COUNTER: server_starts.StartCounter | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _COUNTER
+    if not session.config.option.collectonly:
+        _COUNTER = server_starts.StartCounter()
+        _COUNTER.start()
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if _COUNTER is not None:
+        _COUNTER.current = nodeid.split("::")[0]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _COUNTER is None:
+        return
+    _COUNTER.stop()
+    terminalreporter.write_sep("-", "server starts")
+    terminalreporter.write_line(_COUNTER.table())
+    if (path := server_starts.output_path()) is not None:
+        _COUNTER.write(path)
+
+
+# --------------------------------------------------------------------------- shared servers
+
+SHARED_VLLM = "shared_vllm"
+
+
+@pytest.fixture(scope="session")
+def shared_vllm(
+    have_vllm: None, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedVLLM]:
+    """The session's one tiny vLLM server (``tests/shared_servers.py``), for tests that
+    need *a* server; started by the first test that uses it, stopped after the last."""
+    shared = SharedVLLM(tiny_model, tmp_path_factory.mktemp("shared-vllm"))
+    stop = stop_after_last_use(SHARED_VLLM, shared.stop)
+    try:
+        shared.running()
+        yield shared
+    finally:
+        stop()

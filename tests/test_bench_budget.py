@@ -44,3 +44,51 @@ def test_the_budget_report_reads_a_real_junit_report(tmp_path: Path) -> None:
     assert "over by" in text and "1 failed, 1 passed" in text
     assert "tests/unit" in text and "tests/unit/test_sample.py::test_slow" in text
     assert budget.main([str(tmp_path / "missing.xml")]) == 2
+
+
+def test_the_server_starts_a_session_counted_follow_the_budget(tmp_path: Path) -> None:
+    """The session's counter (tests/server_starts.py) sees a process of this session whose
+    command line is a runner's, once, under the test running then; the budget report
+    prints the count from the file it writes beside the JUnit report."""
+    import server_starts
+
+    counter = server_starts.StartCounter(interval_s=0.1)
+    counter.start()
+    counter.current = "tests/unit/test_sample.py"
+    # A stand-in with a runner's command line (the arguments after -c are only argv).
+    argv = [sys.executable, "-c", "import time; time.sleep(1.5)", "-m", "runners", "run"]
+    subprocess.run(argv, check=True, timeout=60)
+    counter.stop()
+    assert counter.counts == {("tests/unit/test_sample.py", "runner run"): 1}
+    counter.write(tmp_path / "server-starts.json")
+    text = _budget_module().starts(tmp_path / "server-starts.json")
+    assert "server starts: 0 vllm server, 0 transformers serve, 1 runner run" in text
+    assert "tests/unit/test_sample.py: 1 runner run" in text
+    assert _budget_module().starts(tmp_path / "missing.json") == ""
+
+
+def test_a_child_seen_before_its_exec_is_counted_after_it(tmp_path: Path) -> None:
+    """A runner's child shows the runner's command line until its exec: sampled in that
+    window it is the runner's fork (not counted), then a vLLM server once it has exec'd."""
+    import server_starts
+
+    counter = server_starts.StartCounter(interval_s=0.1)
+    counter.start()
+    counter.current = "tests/unit/test_sample.py"
+    script = tmp_path / "runner.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    time.sleep(1)  # sampled here with the parent's command line\n"
+        "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1.5)',\n"
+        "             '-m', 'vllm.entrypoints.openai.api_server'])\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    argv = [sys.executable, str(script), "-m", "runners", "run"]
+    subprocess.run(argv, check=True, timeout=60)
+    counter.stop()
+    assert counter.counts == {
+        ("tests/unit/test_sample.py", "runner run"): 1,
+        ("tests/unit/test_sample.py", "vllm server"): 1,
+    }

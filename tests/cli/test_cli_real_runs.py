@@ -13,7 +13,9 @@ runs once, the way a pipeline would:
 
 as subprocesses, and keeps every row they produced. pytest-django empties the database
 after each test that uses the live server, so ``real_runs`` puts those rows back before
-each test: every test sees the same two real runs without another benchmark.
+each test: every test sees the same two real runs without another benchmark. The whole
+stack's end-to-end check (the numbers in the database, the API and the run page) reads
+the first of them too, so the suite runs that path once.
 """
 
 from __future__ import annotations
@@ -242,6 +244,59 @@ def test_submit_with_the_baseline_compares_against_the_previous_run(real_runs):
     assert f"/compare/?runs={base_id},{cand_id}&reference={base_id}" in summary
     # 🟡: changes beyond the threshold whose run-to-run noise one repeat cannot measure.
     assert summary.startswith(("### 🔴",) if regressed else ("### 🟢", "### 🟡"))
+
+
+def test_the_numbers_reach_the_database_the_api_and_the_run_page(real_runs):
+    """The whole stack, end to end (API submit -> real Celery worker -> local executor ->
+    real runner: HF baseline and a vLLM server with vLLM's bench client -> measurements
+    through the live server): the first run's numbers are stored, served by the API to
+    its owner only, and shown on its run page. Its own module once made a run of its own
+    for this (a vLLM start); the first real run here took the same path."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    base_id, _ = real_runs.ids
+    run = Run.objects.get(public_id=base_id)
+    assert run.status == RunStatus.SUCCEEDED, run.failure_reason
+    rows = {(m.backend, m.point_key): m for m in Measurement.objects.filter(run=run)}
+    assert set(rows) == {
+        ("hf-sequential", "baseline"),
+        ("vllm", "concurrency:max_concurrency=1"),
+        ("vllm", "concurrency:max_concurrency=4"),
+    }
+    for m in rows.values():
+        assert m.status == "succeeded", m.error
+        assert m.output_throughput > 0 and m.mean_ttft_ms > 0 and m.p99_e2el_ms > 0
+    c1 = rows[("vllm", "concurrency:max_concurrency=1")]
+    c4 = rows[("vllm", "concurrency:max_concurrency=4")]
+    assert (c1.concurrency, c4.concurrency) == (1, 4)
+    assert c4.kv_cache_usage_peak is not None  # read from the server's /metrics
+
+    # The API returns the numbers, to the owner only.
+    owner = Client()
+    owner.force_login(run.owner)
+    detail = owner.get(f"/api/v1/runs/{base_id}/").json()
+    assert detail["status"] == "succeeded"
+    assert detail["progress"] == {"done": 3, "total": 3}
+    served = {
+        (m["backend"], m["point_key"]): m["output_throughput"] for m in detail["measurements"]
+    }
+    assert served == {k: m.output_throughput for k, m in rows.items()}
+    assert detail["environment"]["vllm_version"]
+    doc = ResultDocument.model_validate(owner.get(f"/api/v1/runs/{base_id}/result").json())
+    assert doc.status == "succeeded" and len(doc.measurements) == 3
+    assert doc.measurements[0].detail  # per-request arrays made it through
+    other = Client()
+    other.force_login(get_user_model().objects.create_user("outsider", password="pw-outsider"))
+    for who in (other, Client()):
+        assert who.get(f"/api/v1/runs/{base_id}/").status_code == 404
+
+    # The run page (portal.web) shows them too.
+    page = owner.get(f"/runs/{base_id}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    for m in rows.values():
+        assert f"{m.output_throughput:.1f}" in html
 
 
 # --------------------------------------------------------------------------- results, compare

@@ -33,6 +33,7 @@ def test_signed_in_users_create_runs_and_anonymous_gets_401(personas, spec_dict)
         body = response.json()
         assert body["owner"] == personas[who].user.username
         assert body["status"] == "queued"
+        assert body["progress"] == {"done": 0, "total": 3}  # HF baseline, vLLM at 1 and 4
         assert response["Location"].endswith(f"/api/v1/runs/{body['id']}/")
     response = personas["anon"].client.post(
         RUNS, {"spec": spec_dict()}, content_type="application/json"

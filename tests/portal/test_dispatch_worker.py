@@ -1,7 +1,8 @@
 """A real Celery worker (and beat) against the real broker, dispatching the real runner.
 
 The runner runs the HF sequential baseline on the tiny model (seconds on a CPU) and
-reports to the live test server; the vLLM half is in test_end_to_end.py (slow).
+reports to the live test server; the vLLM half is in tests/cli/test_cli_real_runs.py
+(slow: its real runs take the same path with a vLLM server).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 These tests are about the executor's own process handling (crash, exit codes, kill,
 cancel, idempotent submit, isolation), so a few lines of Python stand in for the runner;
 the real runner is exercised in test_dispatch_worker.py, test_faults.py and
-test_end_to_end.py. Each process test runs in both isolation modes: ``namespaces`` (what
-``auto`` picks here) and ``none`` (the fallback where unshare is unavailable).
+tests/cli/test_cli_real_runs.py. Each process test runs in both isolation modes:
+``namespaces`` (what ``auto`` picks here) and ``none`` (the fallback where unshare is
+unavailable).
 """
 
 from __future__ import annotations

@@ -78,11 +78,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def quickstart() -> Iterator[Callable[..., Quickstart]]:
-    started: list[Quickstart] = []
+class Quickstarts:
+    """``start(*args)``: `make run` in a home of its own; ``clean()`` stops whatever a
+    failed test left (the script's own stop, then the rest) and removes the homes."""
 
-    def start(*args: str) -> Quickstart:
+    def __init__(self) -> None:
+        self.started: list[Quickstart] = []
+
+    def start(self, *args: str) -> Quickstart:
         home = Path(tempfile.mkdtemp(prefix="sbqs-"))
         home.chmod(0o755)  # the embedded PostgreSQL runs as its own user when we are root
         port = free_port()
@@ -94,15 +97,34 @@ def quickstart() -> Iterator[Callable[..., Quickstart]]:
                 text=True,
             )  # fmt: skip
         qs = Quickstart(proc, home, log, f"http://127.0.0.1:{port}")
-        started.append(qs)
+        self.started.append(qs)
         return qs
 
-    yield start
-    for qs in started:  # whatever a failed test left: the script's own stop, then the rest
-        if qs.proc.poll() is None:
-            subprocess.run([sys.executable, str(SCRIPT), "--stop"], env=qs.env(), timeout=120)
-        leftovers(qs.home, kill=True)
-        shutil.rmtree(qs.home, ignore_errors=True)
+    def clean(self) -> None:
+        for qs in self.started:
+            if qs.proc.poll() is None:
+                subprocess.run([sys.executable, str(SCRIPT), "--stop"], env=qs.env(), timeout=120)
+            leftovers(qs.home, kill=True)
+            shutil.rmtree(qs.home, ignore_errors=True)
+
+
+@pytest.fixture
+def quickstart() -> Iterator[Callable[..., Quickstart]]:
+    started = Quickstarts()
+    yield started.start
+    started.clean()
+
+
+@pytest.fixture(scope="module")
+def serving() -> Iterator[Quickstart]:
+    """One `make run --no-demo` (minutes: it migrates, collects static files, starts
+    gunicorn and Celery) for the two tests that need it up: the dead-worker test uses it,
+    then the Ctrl-C test, last in the module, stops it."""
+    started = Quickstarts()
+    try:
+        yield started.start("--no-demo")
+    finally:
+        started.clean()
 
 
 def leftovers(home: Path, kill: bool = False) -> list[str]:
@@ -175,26 +197,6 @@ def test_make_stop_stops_the_demo_run_and_everything_else(
     assert "nothing to stop" in again.stdout
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_everything_and_pages_are_the_projects_own(
-    quickstart: Callable[..., Quickstart],
-) -> None:
-    qs = quickstart("--no-demo")
-    qs.wait_for(r"Ctrl-C \(or `make stop` in another shell\) stops everything", 400)
-    status, page = get(f"{qs.url}/runs/zzzz1234/")
-    assert status == 404 and 'id="not-found"' in page and "Traceback" not in page
-    assert "No run id that you can see starts with" in page
-    status, presets = get(f"{qs.url}/api/v1/presets/")
-    assert [p["name"] for p in json.loads(presets)] == ["seed", "seed-all-baselines", "tiny-demo"]
-    children = [c["pid"] for c in qs.state()["children"]]
-
-    qs.proc.send_signal(signal.SIGINT)
-    assert qs.proc.wait(timeout=120) == 0
-    assert "stopped the embedded PostgreSQL" in qs.output()
-    assert gone(children) == []
-    assert leftovers(qs.home) == []
-
-
 def load_quickstart() -> Any:
     spec = importlib.util.spec_from_file_location("servebench_quickstart", SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -233,10 +235,10 @@ def test_when_the_services_cannot_start_it_says_why_and_leaves_nothing(
 
 @pytest.mark.slow
 def test_a_dead_worker_is_restarted_and_the_run_goes_on(
-    quickstart: Callable[..., Quickstart], tiny_model: Path
+    serving: Quickstart, tiny_model: Path
 ) -> None:
     # The model make run builds under its home (the portal's allowed model roots).
-    qs = quickstart("--no-demo")
+    qs = serving
     token = qs.wait_for(r"API token for curl and the servebench CLI: (sb_ci_\S+)", 400).group(1)
     qs.wait_for(r"Ctrl-C \(or `make stop` in another shell\) stops everything", 60)
     spec = {
@@ -267,6 +269,23 @@ def test_a_dead_worker_is_restarted_and_the_run_goes_on(
         assert time.monotonic() < deadline, qs.output()
         time.sleep(2)
     assert now == "succeeded", qs_module.http(f"{qs.url}/api/v1/runs/{run['id']}/", token)
-    assert qs.proc.poll() is None  # still serving
+    assert qs.proc.poll() is None  # still serving (the Ctrl-C test below stops it)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_and_pages_are_the_projects_own(serving: Quickstart) -> None:
+    """Last in the module: it stops the quickstart the dead-worker test used."""
+    qs = serving
+    qs.wait_for(r"Ctrl-C \(or `make stop` in another shell\) stops everything", 400)
+    status, page = get(f"{qs.url}/runs/zzzz1234/")
+    assert status == 404 and 'id="not-found"' in page and "Traceback" not in page
+    assert "No run id that you can see starts with" in page
+    status, presets = get(f"{qs.url}/api/v1/presets/")
+    assert [p["name"] for p in json.loads(presets)] == ["seed", "seed-all-baselines", "tiny-demo"]
+    children = [c["pid"] for c in qs.state()["children"]]
+
     qs.proc.send_signal(signal.SIGINT)
     assert qs.proc.wait(timeout=120) == 0
+    assert "stopped the embedded PostgreSQL" in qs.output()
+    assert gone(children) == []
+    assert leftovers(qs.home) == []

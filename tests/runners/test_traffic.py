@@ -1,8 +1,10 @@
 """Production traffic against one real vLLM server on the tiny model: a generated trace
 replayed with its send lag and shared prefixes, 3-turn sessions with growing inputs and
 per-turn TTFT, servebench's client against vLLM's on the same single-turn requests, and
-greedy agreement with the HF reference. One server for the module (~100 s to start on 2
-cores); a few hundred tiny requests in all.
+greedy agreement with the HF reference. The server is the session's shared one
+(``shared_vllm``: a start costs ~100 s on 2 cores), whose configuration is this module's:
+prefix caching, 32-token blocks, prompt-token details. A few hundred tiny requests in all;
+two more servers of their own (a LoRA configuration, n-gram speculation).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
+from shared_servers import shared_vllm_spec
 
 from runners.spec import Point, parse_spec
 from runners.vllm_bench import measure_point
@@ -25,15 +28,7 @@ POINT = Point(
 )  # fmt: skip
 
 
-def spec_of(model: Path, workload: dict, **more):
-    return parse_spec(
-        {
-            "model": {"id": str(model), "max_model_len": 1024},
-            "workload": {"input_len": 32, "output_len": 8, "num_warmups": 1, **workload},
-            "backends": [{"kind": "vllm", "enable_prefix_caching": True, "block_size": 32}],
-            **more,
-        }
-    )
+spec_of = shared_vllm_spec  # the shared server's model, max_model_len and backend
 
 
 def write_mooncake(path: Path, n: int = 200, span_ms: int = 4000, seed: int = 1) -> Path:
@@ -61,12 +56,9 @@ def write_mooncake(path: Path, n: int = 200, span_ms: int = 4000, seed: int = 1)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    spec = spec_of(tiny_model, {"sessions": {"num_sessions": 1}})
-    workdir = tmp_path_factory.mktemp("traffic")
-    backend = spec.vllm_backends[0]
-    with VLLMServer(spec, backend, workdir / "server.log") as srv:
-        yield srv, backend, workdir
+def server(shared_vllm, tmp_path_factory):
+    """(the shared server, its backend, a work directory for the module's points)"""
+    return shared_vllm.running(), shared_vllm.backend, tmp_path_factory.mktemp("traffic")
 
 
 def test_a_generated_trace_replays_with_its_send_lag_and_shared_prefixes(
@@ -248,14 +240,12 @@ def test_a_configuration_that_changes_the_answers_lowers_the_agreement(
 ):
     """The same trace and HF reference against the base model, then against a backend
     that serves its requests through a LoRA adapter (a configuration that changes what
-    the model answers). Last in the module: it stops the shared server first, so only one
-    runs at a time."""
+    the model answers). The shared server stays up, idle, while the tuned one runs."""
     srv, backend, workdir = server
     trace = write_mooncake(tmp_path / "trace.jsonl", n=40, span_ms=1000)
     workload = {"trace": {"path": str(trace), "format": "mooncake", "block_size": 32}}
     spec = spec_of(tiny_model, workload, correctness={"sample": 8})
     same = measure_point(srv, spec, backend, POINT, 0, workdir)
-    srv.stop()
     adapter = strong_lora(tmp_path / "lora", tiny_model)
     tuned_spec = parse_spec(
         {
@@ -275,14 +265,11 @@ def test_a_configuration_that_changes_the_answers_lowers_the_agreement(
     assert after < 0.9 <= before, (before, after, changed.raw["traffic"]["correctness"])
 
 
-def test_speculative_decoding_reports_its_acceptance_and_keeps_the_answers(
-    server, tiny_model, tmp_path
-):
+def test_speculative_decoding_reports_its_acceptance_and_keeps_the_answers(tiny_model, tmp_path):
     """n-gram speculation (runs on CPU): the point's /metrics counters give the acceptance
     rate and mean accepted length as metrics, and greedy answers stay the reference's
-    (verification keeps the target model's tokens). After the test above: one server."""
-    srv, _, workdir = server
-    srv.stop()
+    (verification keeps the target model's tokens)."""
+    workdir = tmp_path
     trace = write_mooncake(tmp_path / "trace.jsonl", n=20, span_ms=500)
     spec = parse_spec(
         {

@@ -1,8 +1,10 @@
 """vLLM on the tiny model: a real server, vLLM's real bench client, real signals.
 
-Server starts cost ~100 s each on 2 CPU cores, so they are few: one shared server for the
-point-level tests, one full CLI run, one run interrupted mid-point and one interrupted
-during startup, plus a start that fails at once (bad model).
+Server starts cost ~100 s each on 2 CPU cores, so they are few: the point-level tests use
+the session's shared server (``shared_vllm``, prefix caching on), and this module starts
+one full CLI run, one run interrupted mid-point, one interrupted during startup and one
+server it kills, plus a start that fails at once (bad model) and one stopped at its
+deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from shared_servers import shared_vllm_spec
 
 from runners import clientmerge, procs
 from runners.bottleneck import diagnose
@@ -90,13 +93,16 @@ def start_cli(spec, tmp_path: Path, *extra: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def cached(tiny_model, tmp_path_factory):
-    """Spec, backend and a running server with prefix caching on (reset between points)."""
-    spec = spec_for(tiny_model, backends=[{"kind": "vllm", "enable_prefix_caching": True}])
-    backend = spec.vllm_backends[0]
+def cached(shared_vllm, tmp_path_factory):
+    """Spec, backend and the shared running server, prefix caching on (reset between
+    points)."""
+    spec = shared_vllm_spec(
+        shared_vllm.spec.model.id,
+        {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 1},
+        sweeps=[{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
+    )  # spec_for's load, the shared server's model and backend
     workdir = tmp_path_factory.mktemp("vllm")
-    with VLLMServer(spec, backend, workdir / "server.log") as server:
-        yield spec, backend, server, workdir
+    return spec, shared_vllm.backend, shared_vllm.running(), workdir
 
 
 def test_prefix_cache_reset_keeps_repeated_points_honest(cached):
@@ -133,7 +139,7 @@ def test_a_point_whose_requests_fail_is_failed_never_zero(cached):
         sweep="too-long",
         axis=None,
         value=None,
-        input_len=600,  # the server was started with max_model_len 512
+        input_len=1100,  # the server was started with max_model_len 1024
         output_len=16,
         max_concurrency=2,
         num_prompts=4,
@@ -311,6 +317,7 @@ def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkey
     assert "workload.clients: 2" in found.sentence or "more cores" in found.sentence
 
 
+@pytest.mark.stops_shared_vllm  # after every other test that uses the shared server
 def test_stopping_the_server_ends_its_whole_process_group(cached):
     _, _, server, _ = cached
     pgid = server.pid
