@@ -29,7 +29,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, nvml, procs, sla
+from runners import __version__, causes, nvml, placement, procs, sla
 from runners import conditions as cond
 from runners import endpoint as ep
 from runners import hf_config as hfc
@@ -100,6 +100,9 @@ class Runner:
         self.api_keys = ep.take_keys(spec) if api_keys is None else api_keys
         # The cores this run owns (the CLI pinned the process to them; children inherit).
         self.cores = cores or cond.own_cores()
+        # Which of them the servers get and which the load generator (runners.placement);
+        # decided again with the GPU count once the environment is known.
+        self.split = placement.split_for(self.cores.ids)
         self.workdir = workdir
         self.reporter = reporter or NoReporter()
         self.progress = progress or Progress(quiet=True)
@@ -171,6 +174,8 @@ class Runner:
     def _environment(self) -> None:
         t = time.monotonic()
         env = capture(self.spec, self.api_keys)
+        self.split = placement.split_for(self.cores.ids, gpus=env["gpu"]["count"])
+        env["host"] |= self.split.describe()
         self.document.environment = env
         self.document.fingerprint = fingerprint(self.spec, env)
         self._timing("environment_s", round(time.monotonic() - t, 3))
@@ -263,6 +268,9 @@ class Runner:
             f"starting {server.LABEL} for {', '.join(b.name for b in backends)} "
             f"(timeout {first.startup_timeout_s} s, log {server.log_path})"
         )
+        if not self.split.shared:
+            server.cpus = self.split.server
+        self.progress.say(f"cores: {self.split.summary()}")
         try:
             server.start()
         except ServerError as exc:
@@ -283,33 +291,51 @@ class Runner:
             self.progress.say(
                 f"server ready in {server.startup_s:.0f} s (pid {server.pid}, {server.base_url})"
             )
-            for repeat in range(self.spec.repeats):
-                for backend in backends:
-                    for point in points:
-                        if server.alive:
-                            m = measure_point(
-                                server,
-                                self.spec,
-                                backend,
-                                point,
-                                repeat,
-                                self.workdir,
-                                cores=self.cores,
-                            )
-                        else:
-                            reason = (
-                                f"{server.LABEL} {server.ended()} before this point. "
-                                + procs.log_section(server.log_path, server.log_tail())
-                            )
-                            m = self._failed(
-                                backend.name, point_info(point), repeat, reason, backend.kind
-                            )
-                        self._record(m)
-            for backend in self._searched(backends):
-                self._search(server, backend)
+            # The runner's thread, and so the bench client it starts, on the client's cores.
+            client = None if self.split.shared else self.split.client
+            with cond.pinned(client):
+                self._served_points(server, backends, points)
         finally:
             server.stop()
             self.progress.say(f"server stopped (pid {server.pid})")
+
+    def _served_points(self, server: LocalServer, backends: list[Any], points: list[Point]) -> None:
+        """Every point and repeat of ``backends`` against ``server``, then their SLA search."""
+        for repeat in range(self.spec.repeats):
+            for backend in backends:
+                for point in points:
+                    if server.alive:
+                        m = measure_point(
+                            server,
+                            self.spec,
+                            backend,
+                            point,
+                            repeat,
+                            self.workdir,
+                            cores=self.cores,
+                        )
+                    else:
+                        reason = (
+                            f"{server.LABEL} {server.ended()} before this point. "
+                            + procs.log_section(server.log_path, server.log_tail())
+                        )
+                        m = self._failed(
+                            backend.name, point_info(point), repeat, reason, backend.kind
+                        )
+                    self._record(self._placed(m, server))
+        for backend in self._searched(backends):
+            self._search(server, backend)
+
+    def _placed(self, m: Measurement, target: Target) -> Measurement:
+        """A served point's conditions with the core split, and the affinities read from
+        the server's process and this thread (the client's: what they really ran on)."""
+        if isinstance(target, LocalServer) and m.conditions:
+            m.conditions |= {
+                **self.split.describe(),
+                "server_affinity": target.affinity,
+                "client_affinity": cond.process_affinity(0),
+            }
+        return m
 
     def _endpoint(self, backend: EndpointBackend) -> None:
         """A deployed server: no start, no stop; its points, then its SLA search."""
@@ -358,6 +384,7 @@ class Runner:
                     target.log_path, target.log_tail()
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
+            m = self._placed(m, target)
             # A point that failed because its server (or a deployed endpoint) is gone says
             # nothing about the load: bisecting on would "converge" on failures alone.
             gone = m.status == "failed" and not target.alive
