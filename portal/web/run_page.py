@@ -39,6 +39,7 @@ from portal.benchmarks.queue import queue_info
 from portal.dispatch import runlog
 from portal.web import figures, pagecache, presenters, sla_search, tables, telemetry, traffic
 from portal.web.figures.common import AXIS_SHORT
+from runners import envfacts
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,8 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
         "has_pareto": any(f["kind"] == "pareto" for f in charts.items),
         "summary": headline,
         "contention": presenters.contention(run, results, headline),
+        # Which cores the servers and the load generator had (runners.placement).
+        "core_split": str(envfacts.lookup(snapshot, "host.core_split") or ""),
         "metric_columns": headings,
         "extra_columns": sum(h.extra for h in headings),
         "summary_rows": tables.summary_rows(results, headings),
