@@ -15,6 +15,10 @@ children inherit it, so the HF child and the vLLM server (whose CPU build binds 
 OpenMP threads within the process's affinity) stay on them. ``thread_env()`` is the
 environment that sizes OpenMP/MKL pools (``set_thread_env()`` sets it in a process that
 has not imported torch yet, overriding inherited values).
+When the runner owns enough cores, a server it starts and the load generator get disjoint
+ones (``runners.placement.split_cores``): ``pinned()`` runs a block on a subset (the
+calling thread's affinity, inherited by what it starts), ``process_affinity()`` reads
+back what a process really got.
 
 **Conditions.** ``Watch`` brackets one measurement (the HF timed loop, one vLLM bench
 client run) with two snapshots of ``/proc`` and returns a plain dict (the
