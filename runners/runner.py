@@ -20,6 +20,7 @@ portal cancelled the run), 130 interrupted by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -29,7 +30,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, nvml, placement, procs, sla
+from runners import __version__, causes, kube, nvml, placement, procs, sla
 from runners import conditions as cond
 from runners import endpoint as ep
 from runners import hf_config as hfc
@@ -54,7 +55,7 @@ from runners.spec import (
 )
 from runners.transformers_server import TransformersServer
 from runners.vllm_bench import Target, measure_point, point_info
-from runners.vllm_server import LocalServer, ServerError, VLLMServer
+from runners.vllm_server import LocalServer, ServerError
 
 
 class ExitCode(IntEnum):
@@ -176,6 +177,12 @@ class Runner:
         env = capture(self.spec, self.api_keys)
         self.split = placement.split_for(self.cores.ids, gpus=env["gpu"]["count"])
         env["host"] |= self.split.describe()
+        if kube.POD_ENV in os.environ:  # the servers in Pods of their own (runners.kube)
+            env["host"] |= {
+                "server_cores": "its own Pod",
+                "client_cores": self.cores.text,
+                "core_split": f"servers in Pods of their own; the client on {self.cores.text}",
+            }
         self.document.environment = env
         self.document.fingerprint = fingerprint(self.spec, env)
         self._timing("environment_s", round(time.monotonic() - t, 3))
@@ -251,8 +258,9 @@ class Runner:
     def _vllm_group(self, backends: list[VLLMBackend]) -> None:
         """One vLLM server for these backends (``server_groups``)."""
         first = backends[0]
-        server = VLLMServer(self.spec, first, self.workdir / f"server-{first.name}.log")
-        self._served(server, backends)
+        log = self.workdir / f"server-{first.name}.log"
+        # On Kubernetes, where the portal asks for it: in a Pod of its own (runners.kube).
+        self._served(kube.server_for(self.spec, first, log), backends)
 
     def _transformers(self, backend: TransformersServeBackend) -> None:
         """``transformers serve`` for this backend, started and stopped like vLLM's."""
@@ -268,9 +276,11 @@ class Runner:
             f"starting {server.LABEL} for {', '.join(b.name for b in backends)} "
             f"(timeout {first.startup_timeout_s} s, log {server.log_path})"
         )
-        if not self.split.shared:
-            server.cpus = self.split.server
-        self.progress.say(f"cores: {self.split.summary()}")
+        if isinstance(server, kube.PodServer):
+            self.progress.say(f"in Pod {server.name} (the client stays in this Pod)")
+        else:
+            server.cpus = None if self.split.shared else self.split.server
+            self.progress.say(f"cores: {self.split.summary()}")
         try:
             server.start()
         except ServerError as exc:
@@ -291,8 +301,12 @@ class Runner:
             self.progress.say(
                 f"server ready in {server.startup_s:.0f} s (pid {server.pid}, {server.base_url})"
             )
+            if isinstance(server, kube.PodServer):  # where it ran, in the environment too
+                pods = self.document.environment.setdefault("kubernetes", {})
+                pods.setdefault("server_pods", []).append(server.placement())
+                self.writer.write(self.document)
             # The runner's thread, and so the bench client it starts, on the client's cores.
-            client = None if self.split.shared else self.split.client
+            client = None if self.split.shared or server.cpus is None else self.split.client
             with cond.pinned(client):
                 self._served_points(server, backends, points)
         finally:
@@ -329,7 +343,9 @@ class Runner:
     def _placed(self, m: Measurement, target: Target) -> Measurement:
         """A served point's conditions with the core split, and the affinities read from
         the server's process and this thread (the client's: what they really ran on)."""
-        if isinstance(target, LocalServer) and m.conditions:
+        if isinstance(target, kube.PodServer) and m.conditions:
+            m.conditions |= target.placement()
+        elif isinstance(target, LocalServer) and m.conditions:
             m.conditions |= {
                 **self.split.describe(),
                 "server_affinity": target.affinity,

@@ -135,6 +135,10 @@ class LocalServer:
     def argv(self) -> list[str]:
         raise NotImplementedError
 
+    def egress(self) -> Egress:
+        """What its HTTP clients may reach: this server only (``runners.egress``)."""
+        return Egress.local_server(self.base_url, self.LABEL)
+
     def command(self) -> str:
         raise NotImplementedError
 
@@ -161,7 +165,7 @@ class LocalServer:
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.proc is not None
-        session = Egress.local_server(self.base_url, self.LABEL).session()
+        session = self.egress().session()
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -243,7 +247,7 @@ class VLLMServer(LocalServer):
 
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache so a point does not reuse the previous point's prompts."""
-        session = Egress.local_server(self.base_url, self.LABEL).session()
+        session = self.egress().session()
         response = session.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
         if response.status_code != 200:
             raise ServerError(
