@@ -45,7 +45,20 @@ What the Job looks like, and why:
 - ``terminationMessagePolicy: FallbackToLogsOnError``: when the runner dies, the end of
   its log is kept in the Pod's status, which survives a node that is gone.
 - ``automountServiceAccountToken: false``: the runner talks to the portal over HTTP with
-  its run token; it has no business with the Kubernetes API.
+  its run token; it has no business with the Kubernetes API, except to run its servers
+  apart (below).
+- Where the vLLM servers run (``server_placement``, SERVEBENCH_K8S_SERVER_PLACEMENT):
+  ``separate`` (the default) puts each server configuration in a Pod of its own, apart
+  from the load generator, the way it would be deployed. The runner Pod then asks for no
+  GPU and the client's CPU and memory (SERVEBENCH_K8S_CLIENT_*), mounts its service
+  account's token (the runner Role: Pods and their logs, in its namespace) and carries
+  the server Pod in ``SERVEBENCH_SERVER_POD``: the image, the GPUs and the spec's CPU and
+  memory, /dev/shm, the HF cache and token, and every placement above (node selector,
+  tolerations, affinity, priority, runtime class). ``runners.kube`` creates it, owned by
+  the runner's Pod (deleting the Job deletes it), and reaches it by Pod IP. A run with an
+  HF baseline or ``transformers serve`` (both run inside the runner, on its GPUs), or with
+  ``same-pod``, keeps everything in the runner's Pod. The Job's
+  ``servebench.dev/server-placement`` annotation says which and why.
 """
 
 from __future__ import annotations
