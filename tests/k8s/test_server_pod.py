@@ -315,3 +315,50 @@ def test_the_server_pod_goes_with_the_runner_pod_and_the_runner_may_do_nothing_e
     # deletes the server Pod it owned.
     core.delete_namespaced_pod(runner_pod.metadata.name, RUNNER_NAMESPACE, grace_period_seconds=0)
     wait_for(lambda: gone(core, server.name), 60, "the garbage collector to delete the server Pod")
+
+
+# --------------------------------------------------------------------------- the runner's side
+
+
+def test_a_server_pod_is_named_after_the_runner_pod_as_a_dns_label():
+    assert kube.pod_name("servebench-run-abc-x7k2p", "vllm") == "servebench-run-abc-x7k2p-vllm"
+    long = kube.pod_name("servebench-run-" + "a" * 40 + "-x7k2p", "max_num_seqs=16.prefix")
+    assert len(long) == 63 and long.rstrip("0123456789abcdef") != long
+    assert long == kube.pod_name("servebench-run-" + "a" * 40 + "-x7k2p", "max_num_seqs=16.prefix")
+    assert kube.pod_name("r", "A_b") == "r-a-b"
+
+
+def test_without_a_pod_template_the_server_is_the_runners_child(tmp_path, monkeypatch):
+    monkeypatch.delenv(kube.POD_ENV, raising=False)
+    spec = parse_spec(vllm_spec())
+    server = kube.server_for(spec, spec.vllm_backends[0], tmp_path / "s.log")
+    assert type(server).__name__ == "VLLMServer"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("{not json", "SERVEBENCH_SERVER_POD is not JSON"),
+        ('{"spec": {"containers": [{"name": "runner"}]}}', "one container named 'server'"),
+    ],
+)
+def test_a_bad_pod_template_is_refused_naming_the_variable(value, said):
+    with pytest.raises(ServerError, match=said):
+        kube.template_from_env({kube.POD_ENV: value})
+
+
+def test_what_a_pod_waits_for_and_why_it_will_not_serve_are_said_in_its_own_words():
+    waiting = {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "server", "state": {"waiting": {"reason": "ErrImagePull", "message": "no"}}}
+    ]}}  # fmt: skip
+    assert kube.why_not_running(waiting) == "cannot start: ErrImagePull: no"
+    oom = {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": "server", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+    ]}}  # fmt: skip
+    assert kube.why_not_running(oom) == "exited with code 137 (OOMKilled)"
+    assert kube.why_not_running(None) == "is gone (deleted)"
+    creating = {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "server", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]}}  # fmt: skip
+    assert kube.why_not_running(creating) is None
+    assert kube.pending_reason(creating) == "ContainerCreating"
