@@ -114,9 +114,14 @@ class KubeAPI:
         return cls(url, token, namespace or "default", str(ca) if ca.exists() else None)
 
     def call(
-        self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        text: bool = False,
     ) -> Any:
-        """One request; the decoded JSON (or text) answer; KubeError otherwise."""
+        """One request; the decoded JSON answer (``text``: as text); KubeError otherwise."""
         url = f"{self.base_url}/api/v1/namespaces/{self.namespace}/{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -129,20 +134,22 @@ class KubeAPI:
             with urllib.request.urlopen(  # noqa: S310 (the API server's URL)
                 req, timeout=API_TIMEOUT_S, context=self.context
             ) as resp:
-                text = resp.read().decode(errors="replace")
+                answer = resp.read().decode(errors="replace")
         except urllib.error.HTTPError as exc:
-            text = exc.read().decode(errors="replace")
+            answer = exc.read().decode(errors="replace")
             try:
-                message = json.loads(text).get("message", text)
-            except ValueError:
-                message = text
+                message = json.loads(answer).get("message", answer)
+            except (ValueError, AttributeError):
+                message = answer
             raise KubeError(exc.code, f"{method} {path}: {message[:500]}") from None
         except OSError as exc:
             raise KubeError(0, f"{method} {path}: the API server did not answer ({exc})") from None
+        if text:
+            return answer
         try:
-            return json.loads(text)
-        except ValueError:
-            return text
+            return json.loads(answer)
+        except ValueError as exc:
+            raise KubeError(0, f"{method} {path}: not JSON ({exc}): {answer[:200]}") from None
 
     def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
         return self.call("POST", "pods", manifest)
@@ -157,7 +164,12 @@ class KubeAPI:
             raise
 
     def delete_pod(self, name: str, grace_s: int = 20) -> None:
-        body = {"gracePeriodSeconds": grace_s, "propagationPolicy": "Background"}
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": grace_s,
+            "propagationPolicy": "Background",
+        }
         try:
             self.call("DELETE", f"pods/{name}", body)
         except KubeError as exc:
@@ -168,8 +180,7 @@ class KubeAPI:
         query: dict[str, Any] = {"container": container}
         if lines:
             query["tailLines"] = lines
-        answer = self.call("GET", f"pods/{name}/log", query=query)
-        return answer if isinstance(answer, str) else json.dumps(answer)
+        return self.call("GET", f"pods/{name}/log", query=query, text=True)
 
 
 def _read(path: Path) -> str:

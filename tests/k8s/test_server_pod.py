@@ -282,7 +282,7 @@ def test_a_server_pod_not_running_before_its_deadline_says_what_it_waits_for(
     control_plane, kube_api, runner_pod, health, tmp_path
 ):
     core = client.CoreV1Api(kube_api)
-    server = server_for(control_plane, runner_pod, tmp_path, health, timeout_s=3)
+    server = server_for(control_plane, runner_pod, tmp_path, health, timeout_s=6)
     thread, errors = start_in_thread(server)
     pod = created(core, server.name)
     Kubelet(kube_api, RUNNER_NAMESPACE).unschedulable(
@@ -290,7 +290,7 @@ def test_a_server_pod_not_running_before_its_deadline_says_what_it_waits_for(
     )
     thread.join(30)
     (error,) = errors
-    assert "was not running within startup_timeout_s=3 s" in str(error)
+    assert "was not running within startup_timeout_s=6 s" in str(error)
     assert "Insufficient nvidia.com/gpu" in str(error)
     assert gone(core, server.name)
 
