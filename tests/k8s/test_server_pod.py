@@ -39,10 +39,11 @@ from runners.vllm_server import ServerError
 pytestmark = pytest.mark.timeout(180)
 
 IMAGE = "registry.example.com/servebench-runner:test"
+RUNTIME = "server-pod-test-nvidia"  # cluster-scoped: a name no other test module uses
 CFG = kubejob.RunnerConfig(
     image=IMAGE,
     service_account=RUNNER_ACCOUNT,
-    runtime_class="nvidia",
+    runtime_class=RUNTIME,
     tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     hf_cache_pvc="hf-cache",
     runner_api_url="https://10.0.0.1:6443",
@@ -86,7 +87,7 @@ def test_a_vllm_run_gets_a_runner_without_gpus_and_a_server_pod_with_them():
         "requests": {"cpu": "8", "memory": "48Gi"},
         "limits": {"memory": "48Gi", "nvidia.com/gpu": "2"},
     }
-    assert server["spec"]["runtimeClassName"] == "nvidia"
+    assert server["spec"]["runtimeClassName"] == RUNTIME
     assert server["spec"]["tolerations"] == CFG.tolerations
     assert server["spec"]["nodeSelector"] == pod["nodeSelector"]  # the same GPU type
     assert server["spec"]["automountServiceAccountToken"] is False
@@ -140,9 +141,14 @@ def health() -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def runner_namespace(kube_api: Any) -> str:
-    """RUNNER_NAMESPACE with k8s/rbac.yaml's runner ServiceAccount, Role and binding."""
+def runner_namespace(kube_api: Any) -> Iterator[str]:
+    """RUNNER_NAMESPACE with k8s/rbac.yaml's runner ServiceAccount, Role and binding, and
+    the RuntimeClass the settings name (the API server refuses a Pod naming a missing one)."""
     create_namespace(kube_api, RUNNER_NAMESPACE)
+    node = client.NodeV1Api(kube_api)
+    node.create_runtime_class(
+        client.V1RuntimeClass(metadata=client.V1ObjectMeta(name=RUNTIME), handler="nvidia")
+    )
     docs = list(yaml.safe_load_all((REPO / "k8s" / "rbac.yaml").read_text()))
     core, rbac = client.CoreV1Api(kube_api), client.RbacAuthorizationV1Api(kube_api)
     for doc in docs:
@@ -155,7 +161,8 @@ def runner_namespace(kube_api: Any) -> str:
             for subject in doc["subjects"]:
                 subject["namespace"] = RUNNER_NAMESPACE
             rbac.create_namespaced_role_binding(RUNNER_NAMESPACE, doc)
-    return RUNNER_NAMESPACE
+    yield RUNNER_NAMESPACE
+    node.delete_runtime_class(RUNTIME)
 
 
 @pytest.fixture
@@ -203,8 +210,9 @@ def start_in_thread(server: kube.PodServer) -> tuple[threading.Thread, list[Base
     return thread, errors
 
 
-def created(core: Any, name: str) -> Any:
+def created(core: Any, name: str, errors: list[BaseException] | None = None) -> Any:
     def find() -> Any:
+        assert not errors, errors  # the runner gave up: why
         try:
             return core.read_namespaced_pod(name, RUNNER_NAMESPACE)
         except ApiException:
@@ -227,7 +235,7 @@ def test_the_runner_creates_its_server_pod_reaches_it_and_deletes_it(
     core = client.CoreV1Api(kube_api)
     server = server_for(control_plane, runner_pod, tmp_path, health)
     thread, errors = start_in_thread(server)
-    pod = created(core, server.name)
+    pod = created(core, server.name, errors)
     # What the runner made of the template: owned by its Pod, its command, no token.
     assert server.name == f"{runner_pod.metadata.name}-seqs4"
     (ref,) = pod.metadata.owner_references
@@ -242,7 +250,7 @@ def test_the_runner_creates_its_server_pod_reaches_it_and_deletes_it(
     assert container.command[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--max-num-seqs" in container.command and "0.0.0.0" in container.command  # noqa: S104
     assert container.resources.limits == {"memory": "48Gi", "nvidia.com/gpu": "2"}
-    assert pod.spec.runtime_class_name == "nvidia" and pod.spec.restart_policy == "Never"
+    assert pod.spec.runtime_class_name == RUNTIME and pod.spec.restart_policy == "Never"
     assert pod.spec.automount_service_account_token is False
 
     kubelet = Kubelet(kube_api, RUNNER_NAMESPACE)
@@ -266,7 +274,7 @@ def test_a_server_pod_that_cannot_start_fails_with_its_reason_and_is_deleted(
     core = client.CoreV1Api(kube_api)
     server = server_for(control_plane, runner_pod, tmp_path, health)
     thread, errors = start_in_thread(server)
-    pod = created(core, server.name)
+    pod = created(core, server.name, errors)
     Kubelet(kube_api, RUNNER_NAMESPACE).waiting(
         pod, "ImagePullBackOff", f'Back-off pulling image "{IMAGE}"'
     )
@@ -284,7 +292,7 @@ def test_a_server_pod_not_running_before_its_deadline_says_what_it_waits_for(
     core = client.CoreV1Api(kube_api)
     server = server_for(control_plane, runner_pod, tmp_path, health, timeout_s=6)
     thread, errors = start_in_thread(server)
-    pod = created(core, server.name)
+    pod = created(core, server.name, errors)
     Kubelet(kube_api, RUNNER_NAMESPACE).unschedulable(
         pod, "0/1 nodes: 1 Insufficient nvidia.com/gpu."
     )
