@@ -29,6 +29,9 @@ DEFAULT_KINDS = {
     ("ConfigMap", "servebench"),
     ("Role", "servebench-runner-jobs"),
     ("RoleBinding", "servebench-runner-jobs"),
+    ("ServiceAccount", "servebench-runner"),
+    ("Role", "servebench-runner-servers"),
+    ("RoleBinding", "servebench-runner-servers"),
     ("Service", "servebench-web"),
     ("Deployment", "servebench-web"),
     ("Deployment", "servebench-worker"),
@@ -107,6 +110,8 @@ def test_everything_on_renders_valid_objects(helm):
         ("ConfigMap", "bench"),
         ("Role", "bench-runner-jobs"),
         ("RoleBinding", "bench-runner-jobs"),
+        ("Role", "bench-runner-servers"),  # bound to runner.serviceAccountName, not created
+        ("RoleBinding", "bench-runner-servers"),
         ("Service", "bench-web"),
         ("Ingress", "bench"),
         ("PersistentVolumeClaim", "bench-hf-cache"),
