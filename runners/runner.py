@@ -7,7 +7,9 @@ Order matters for trust:
    so the two never share the GPU;
 3. one vLLM server per distinct server configuration, started once, all of its points
    (and repeats, then its SLA search) measured against it, then stopped, always,
-   whatever happens;
+   whatever happens; a child on cores apart from the bench client's where the runner
+   owns enough (``runners.placement.split_cores``), or on Kubernetes, where the portal
+   asks for it, in a Pod of its own (``runners.kube``);
 3b. endpoints (deployed servers) last, nothing of the runner's own still running: their
    points, then their SLA search;
 4. every measurement is written to ``--out`` and posted to the portal the moment it
