@@ -148,6 +148,18 @@ SERVEBENCH_K8S_TTL_SECONDS = env.integer("SERVEBENCH_K8S_TTL_SECONDS", 86400, mi
 SERVEBENCH_K8S_REPORT_URL = (
     env.url("SERVEBENCH_K8S_REPORT_URL") if env.raw("SERVEBENCH_K8S_REPORT_URL") else ""
 )
+# Each vLLM server in a Pod of its own with the GPUs, apart from the runner (the load
+# generator: no GPU, the client requests below), or inside the runner's Pod (same-pod).
+SERVEBENCH_K8S_SERVER_PLACEMENT = env.choice(
+    "SERVEBENCH_K8S_SERVER_PLACEMENT", "separate", ("separate", "same-pod")
+)
+SERVEBENCH_K8S_CLIENT_CPU_REQUEST = env.string("SERVEBENCH_K8S_CLIENT_CPU_REQUEST", "2")
+SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST = env.string("SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST", "8Gi")
+# The API server as runner Pods reach it (they create the server Pods); empty: the
+# in-cluster address (KUBERNETES_SERVICE_HOST/PORT).
+SERVEBENCH_K8S_RUNNER_API_URL = (
+    env.url("SERVEBENCH_K8S_RUNNER_API_URL") if env.raw("SERVEBENCH_K8S_RUNNER_API_URL") else ""
+)
 SERVEBENCH_K8S_REQUEST_TIMEOUT = env.integer("SERVEBENCH_K8S_REQUEST_TIMEOUT", 10, minimum=1)
 SERVEBENCH_K8S_API_ATTEMPTS = env.integer("SERVEBENCH_K8S_API_ATTEMPTS", 4, minimum=1)
 SERVEBENCH_K8S_START_GRACE_SECONDS = env.integer(

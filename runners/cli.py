@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runners import conditions, endpoint, tiny_model
+from runners import conditions, endpoint, placement, tiny_model
 from runners.choices import ChoiceParser
 from runners.environment import capture
 from runners.fingerprint import fingerprint
@@ -85,6 +85,10 @@ def _own_cores(requested: str | None) -> conditions.Cores:
 def cmd_run(args: argparse.Namespace) -> int:
     spec = _load_spec(args.spec, args.preset)
     cores = _own_cores(args.cpus)
+    try:
+        placement.split_for(cores.ids)  # a bad SERVEBENCH_SERVER_CPUS stops it here, not later
+    except conditions.CoreError as exc:
+        raise UsageError(f"cannot split the cores: {exc}") from None
     reporter = None
     # Taken out of the environment so the children (vLLM server, HF baseline, bench client,
     # and any trust_remote_code model code in them) never see the run's token.

@@ -15,6 +15,10 @@ children inherit it, so the HF child and the vLLM server (whose CPU build binds 
 OpenMP threads within the process's affinity) stay on them. ``thread_env()`` is the
 environment that sizes OpenMP/MKL pools (``set_thread_env()`` sets it in a process that
 has not imported torch yet, overriding inherited values).
+When the runner owns enough cores, a server it starts and the load generator get disjoint
+ones (``runners.placement.split_cores``): ``pinned()`` runs a block on a subset (the
+calling thread's affinity, inherited by what it starts), ``process_affinity()`` reads
+back what a process really got.
 
 **Conditions.** ``Watch`` brackets one measurement (the HF timed loop, one vLLM bench
 client run) with two snapshots of ``/proc`` and returns a plain dict (the
@@ -46,10 +50,12 @@ not exist (not Linux) the dict says so and nothing is flagged.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +214,30 @@ def pin(cores: Cores) -> None:
     """Bind this process (and so every child it starts later) to ``cores``."""
     if hasattr(os, "sched_setaffinity") and set(cores.ids) != set(affinity()):
         os.sched_setaffinity(0, cores.ids)
+
+
+@contextlib.contextmanager
+def pinned(ids: Sequence[int] | None) -> Iterator[None]:
+    """Run the block on ``ids`` only: the calling thread's affinity, which every process it
+    starts and every thread it creates inherits (the server's process and the client's),
+    restored after. ``None`` or an empty list changes nothing."""
+    if not ids or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ids)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def process_affinity(pid: int) -> str | None:
+    """The CPU list a running process may use ('0-3'); None when it cannot be read."""
+    try:
+        return format_cpu_list(sorted(os.sched_getaffinity(pid)))
+    except (OSError, AttributeError):
+        return None
 
 
 def thread_env(cores: Cores) -> dict[str, str]:

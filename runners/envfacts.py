@@ -56,6 +56,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("Kernel", "host.kernel", compared=False),
     Fact("CPU", "host.cpu_model", compared=False),
     Fact("CPU count", "host.cpu_count", compared=False),
+    Fact("Cores (server, client)", "host.core_split", compared=False),
     Fact("Kubernetes node", "kubernetes.node", compared=False),
     Fact("Kubernetes pod", "kubernetes.pod", compared=False),
     Fact("Image", "container.image"),

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import gpu_scope
-from runners.conditions import format_cpu_list, parse_cpu_list
+from runners.conditions import CoreError, format_cpu_list, parse_cpu_list
 
 
 class PlacementError(ValueError):
@@ -226,3 +226,122 @@ def this_host(lib: Any = None, cpu_root: Path = Path("/sys/devices/system/cpu"))
     topology = nvml.read_topology(lib)
     gpus, near = topology if topology is not None else ([], {})
     return Host(tuple(gpus), near, frozenset(cpus), _sibling_groups(cpus, cpu_root))
+
+
+# --------------------------------------------------------------------------- server vs client
+
+SERVER_CPUS_ENV = "SERVEBENCH_SERVER_CPUS"
+SPLIT_MIN_CORES = 4  # physical cores the runner must own before server and client get their own
+SHARED = "shared"
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    """The runner's cores shared out between the server it starts (``server``) and the
+    load generator it runs (``client``: the runner's own process and the bench client);
+    both are every owned core when they are not split (``shared``)."""
+
+    server: tuple[int, ...]
+    client: tuple[int, ...]
+    text: str  # for a person: what each side got, or why they share
+
+    @property
+    def shared(self) -> bool:
+        return self.server == self.client
+
+    def summary(self) -> str:
+        """One line: 'server 0-5, client 6-7 (split: ...)', or why they share."""
+        if self.shared:
+            return f"server and client on {format_cpu_list(self.server)} ({self.text})"
+        server, client = format_cpu_list(self.server), format_cpu_list(self.client)
+        return f"server {server}, client {client} ({self.text})"
+
+    def describe(self) -> dict[str, str]:
+        """What a measurement's conditions and the run's environment record."""
+        return {
+            "server_cores": format_cpu_list(self.server),
+            "client_cores": format_cpu_list(self.client),
+            "core_split": self.summary(),
+        }
+
+
+def owned_host(cpus: Sequence[int], cpu_root: Path = Path("/sys/devices/system/cpu")) -> Host:
+    """The cores a runner owns as a ``Host`` (no GPUs): enough for ``split_cores``."""
+    return Host(cpus=frozenset(cpus), siblings=_sibling_groups(sorted(cpus), cpu_root))
+
+
+def split_for(
+    cpus: Sequence[int], gpus: int = 0, environ: Mapping[str, str] | None = None
+) -> CoreSplit:
+    """``split_cores`` of the cores ``cpus`` a runner owns, as ``SERVEBENCH_SERVER_CPUS``
+    (in ``environ``, default this process's environment) asks."""
+    environ = os.environ if environ is None else environ
+    return split_cores(owned_host(cpus), gpus, environ.get(SERVER_CPUS_ENV))
+
+
+def _flat(groups: Sequence[frozenset[int]]) -> tuple[int, ...]:
+    return tuple(sorted(frozenset().union(*groups)))
+
+
+def split_cores(host: Host, gpus: int = 0, requested: str | None = None) -> CoreSplit:
+    """Disjoint cores for the server and the load generator out of ``host.cpus`` (the
+    cores the runner owns), by these rules:
+
+    - ``requested`` (``SERVEBENCH_SERVER_CPUS``): ``shared`` keeps them together; a CPU
+      list (``0-5``) is the server's, the rest of the owned cores the client's (it must
+      leave the client one at least);
+    - fewer than ``SPLIT_MIN_CORES`` physical cores: shared (one core each would starve
+      both);
+    - else whole physical cores (hyperthread siblings together), the lowest-numbered to
+      the server: on a CPU-only machine the server computes, so the client gets
+      ``1 + cores // 16`` of them; with ``gpus`` the server needs few cores (its API
+      process, engine loop and one worker per GPU), so each side gets half, the server
+      the larger half.
+
+    CoreError (from ``runners.conditions``) names ``SERVEBENCH_SERVER_CPUS`` when the
+    requested list cannot be had."""
+    owned = tuple(sorted(host.cpus))
+    text = (requested or "").strip()
+    if text.lower() == SHARED:
+        return CoreSplit(owned, owned, f"shared: {SERVER_CPUS_ENV}={SHARED}")
+    if text:
+        server = parse_cpu_list(text)
+        outside = sorted(set(server) - host.cpus)
+        if outside:
+            raise CoreError(
+                f"{SERVER_CPUS_ENV}={text}: CPU {format_cpu_list(outside)} is not among the "
+                f"cores this run owns ({format_cpu_list(owned)}); name a subset of them, or "
+                f"'{SHARED}'"
+            )
+        client = tuple(c for c in owned if c not in server)
+        if not client:
+            raise CoreError(
+                f"{SERVER_CPUS_ENV}={text} leaves the load generator no core of the "
+                f"{format_cpu_list(owned)} this run owns: leave it one at least, or set "
+                f"'{SHARED}'"
+            )
+        split = [g for g in _physical_cores(host) if g & set(server) and g - set(server)]
+        note = (
+            f"; hyperthread siblings split between them: {format_cpu_list(_flat(split))}"
+            if split
+            else ""
+        )
+        return CoreSplit(tuple(server), client, f"split by {SERVER_CPUS_ENV}{note}")
+    cores = _physical_cores(host)
+    if len(cores) < SPLIT_MIN_CORES:
+        count = len(cores)
+        return CoreSplit(
+            owned,
+            owned,
+            f"shared: the runner owns only {count} core{'s' * (count != 1)} (server and "
+            f"client get their own from {SPLIT_MIN_CORES} physical cores)",
+        )
+    client_count = len(cores) // 2 if gpus > 0 else 1 + len(cores) // 16
+    server_groups = cores[: len(cores) - client_count]
+    why = "with a GPU, half each" if gpus > 0 else "on the CPU the server computes"
+    return CoreSplit(
+        _flat(server_groups),
+        _flat(cores[len(server_groups) :]),
+        f"split: {len(server_groups)} physical cores to the server, {client_count} to the "
+        f"client ({why})",
+    )

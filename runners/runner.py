@@ -7,7 +7,9 @@ Order matters for trust:
    so the two never share the GPU;
 3. one vLLM server per distinct server configuration, started once, all of its points
    (and repeats, then its SLA search) measured against it, then stopped, always,
-   whatever happens;
+   whatever happens; a child on cores apart from the bench client's where the runner
+   owns enough (``runners.placement.split_cores``), or on Kubernetes, where the portal
+   asks for it, in a Pod of its own (``runners.kube``).
    A configuration search's configurations are such servers, in the spec's order (the
    order its early dropping reads, ``runners.sla.gates``); each starts only while the
    search's budget lasts (``runners.configsearch``);
@@ -23,6 +25,7 @@ portal cancelled the run), 130 interrupted by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -32,7 +35,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, nvml, procs, sla
+from runners import __version__, causes, kube, nvml, placement, procs, sla
 from runners import conditions as cond
 from runners import configsearch as cs
 from runners import endpoint as ep
@@ -58,7 +61,7 @@ from runners.spec import (
 )
 from runners.transformers_server import TransformersServer
 from runners.vllm_bench import Target, measure_point, point_info
-from runners.vllm_server import LocalServer, ServerError, VLLMServer
+from runners.vllm_server import LocalServer, ServerError
 
 
 class ExitCode(IntEnum):
@@ -104,6 +107,9 @@ class Runner:
         self.api_keys = ep.take_keys(spec) if api_keys is None else api_keys
         # The cores this run owns (the CLI pinned the process to them; children inherit).
         self.cores = cores or cond.own_cores()
+        # Which of them the servers get and which the load generator (runners.placement);
+        # decided again with the GPU count once the environment is known.
+        self.split = placement.split_for(self.cores.ids)
         self.workdir = workdir
         self.reporter = reporter or NoReporter()
         self.progress = progress or Progress(quiet=True)
@@ -177,6 +183,14 @@ class Runner:
     def _environment(self) -> None:
         t = time.monotonic()
         env = capture(self.spec, self.api_keys)
+        self.split = placement.split_for(self.cores.ids, gpus=env["gpu"]["count"])
+        env["host"] |= self.split.describe()
+        if kube.POD_ENV in os.environ:  # the servers in Pods of their own (runners.kube)
+            env["host"] |= {
+                "server_cores": "its own Pod",
+                "client_cores": self.cores.text,
+                "core_split": f"servers in Pods of their own; the client on {self.cores.text}",
+            }
         self.document.environment = env
         self.document.fingerprint = fingerprint(self.spec, env)
         self._timing("environment_s", round(time.monotonic() - t, 3))
@@ -252,8 +266,9 @@ class Runner:
     def _vllm_group(self, backends: list[VLLMBackend]) -> None:
         """One vLLM server for these backends (``server_groups``)."""
         first = backends[0]
-        server = VLLMServer(self.spec, first, self.workdir / f"server-{first.name}.log")
-        self._served(server, backends)
+        log = self.workdir / f"server-{first.name}.log"
+        # On Kubernetes, where the portal asks for it: in a Pod of its own (runners.kube).
+        self._served(kube.server_for(self.spec, first, log), backends)
 
     def _transformers(self, backend: TransformersServeBackend) -> None:
         """``transformers serve`` for this backend, started and stopped like vLLM's."""
@@ -269,6 +284,11 @@ class Runner:
             f"starting {server.LABEL} for {', '.join(b.name for b in backends)} "
             f"(timeout {first.startup_timeout_s} s, log {server.log_path})"
         )
+        if isinstance(server, kube.PodServer):
+            self.progress.say(f"in Pod {server.name} (the client stays in this Pod)")
+        else:
+            server.cpus = None if self.split.shared else self.split.server
+            self.progress.say(f"cores: {self.split.summary()}")
         try:
             server.start()
         except ServerError as exc:
@@ -289,33 +309,64 @@ class Runner:
             self.progress.say(
                 f"server ready in {server.startup_s:.0f} s (pid {server.pid}, {server.base_url})"
             )
-            for repeat in range(self.spec.repeats):
-                for backend in backends:
-                    for point in points:
-                        if server.alive:
-                            m = measure_point(
-                                server,
-                                self.spec,
-                                backend,
-                                point,
-                                repeat,
-                                self.workdir,
-                                cores=self.cores,
-                            )
-                        else:
-                            reason = (
-                                f"{server.LABEL} {server.ended()} before this point. "
-                                + procs.log_section(server.log_path, server.log_tail())
-                            )
-                            m = self._failed(
-                                backend.name, point_info(point), repeat, reason, backend.kind
-                            )
-                        self._record(m)
-            for backend in self._searched(backends):
-                self._search(server, backend)
+            if isinstance(server, kube.PodServer):  # where it ran, in the environment too
+                pods = self.document.environment.setdefault("kubernetes", {})
+                pods.setdefault("server_pods", []).append(server.placement())
+                self.writer.write(self.document)
+            # The runner's thread, and so the bench client it starts, on the client's cores.
+            client = None if self.split.shared or server.cpus is None else self.split.client
+            with cond.pinned(client):
+                self._served_points(server, backends, points)
         finally:
             server.stop()
             self.progress.say(f"server stopped (pid {server.pid})")
+
+    def _served_points(self, server: LocalServer, backends: list[Any], points: list[Point]) -> None:
+        """Every point and repeat of ``backends`` against ``server``, then their SLA search."""
+        for repeat in range(self.spec.repeats):
+            for backend in backends:
+                for point in points:
+                    if server.alive:
+                        m = measure_point(
+                            server,
+                            self.spec,
+                            backend,
+                            point,
+                            repeat,
+                            self.workdir,
+                            cores=self.cores,
+                            client_cores=self._client_cores(server),
+                        )
+                    else:
+                        reason = (
+                            f"{server.LABEL} {server.ended()} before this point. "
+                            + procs.log_section(server.log_path, server.log_tail())
+                        )
+                        m = self._failed(
+                            backend.name, point_info(point), repeat, reason, backend.kind
+                        )
+                    self._record(self._placed(m, server))
+        for backend in self._searched(backends):
+            self._search(server, backend)
+
+    def _client_cores(self, server: LocalServer) -> tuple[int, ...] | None:
+        """The load generators' cores when this server has cores of its own."""
+        if isinstance(server, kube.PodServer) or self.split.shared or server.cpus is None:
+            return None
+        return tuple(self.split.client)
+
+    def _placed(self, m: Measurement, target: Target) -> Measurement:
+        """A served point's conditions with the core split, and the affinities read from
+        the server's process and this thread (the client's: what they really ran on)."""
+        if isinstance(target, kube.PodServer) and m.conditions:
+            m.conditions |= target.placement()
+        elif isinstance(target, LocalServer) and m.conditions:
+            m.conditions |= {
+                **self.split.describe(),
+                "server_affinity": target.affinity,
+                "client_affinity": cond.process_affinity(0),
+            }
+        return m
 
     def _endpoint(self, backend: EndpointBackend) -> None:
         """A deployed server: no start, no stop; its points, then its SLA search."""
@@ -399,6 +450,7 @@ class Runner:
                     target.log_path, target.log_tail()
                 )
                 m = self._failed(backend.name, point_info(point), repeat, reason, kind)
+            m = self._placed(m, target)
             # A point that failed because its server (or a deployed endpoint) is gone says
             # nothing about the load: bisecting on would "converge" on failures alone.
             gone = m.status == "failed" and not target.alive

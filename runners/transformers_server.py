@@ -108,8 +108,12 @@ class TransformersServer(LocalServer):
         return serve_command(self.spec, self.backend, self.port)
 
     def env(self) -> dict[str, str]:
-        # Its torch pools sized to the cores the run owns, as the HF baselines' are.
+        # Its torch pools sized to the cores it owns, as the HF baselines' are: the run's,
+        # or its share of them when the load generator has cores of its own.
         threads = cond.thread_env(self.cores) if self.cores is not None else {}
+        if self.cores is not None and self.cpus:
+            count = str(min(len(self.cpus), self.cores.threads))
+            threads = {name: count for name in threads}
         return {**os.environ, **threads}
 
     def start(self) -> None:

@@ -473,10 +473,12 @@ def _clients(
     stem: str,
     n: int,
     cores: cond.Cores | None,
+    client_cores: tuple[int, ...] | None = None,
 ) -> list[mc.Client]:
     """The point's ``n`` load generators (``runners.multiclient``): each one's flags for
-    its share, its files and its core."""
-    owned = (cores or cond.own_cores()).ids
+    its share, its files and its core (among ``client_cores`` where the server has cores
+    of its own, ``runners.placement.split_cores``; else among every owned core)."""
+    owned = client_cores or (cores or cond.own_cores()).ids
     placed, how = mc.placement(owned, n)
     out = []
     for i, (own_spec, own_point) in enumerate(mc.split(spec, point, n)):
@@ -516,9 +518,11 @@ def measure_point(
     repeat: int,
     workdir: Path,
     cores: cond.Cores | None = None,
+    client_cores: tuple[int, ...] | None = None,
 ) -> Measurement:
     """Run the bench client for one point against ``target`` (a vLLM server the runner
-    started, or an endpoint); never raises for a bad point.
+    started, or an endpoint); never raises for a bad point. ``client_cores``: the
+    load generators' cores when the server has cores of its own.
 
     KeyboardInterrupt (Ctrl-C, SIGTERM via the CLI's handler) propagates after the
     client's process group is stopped.
@@ -541,7 +545,11 @@ def measure_point(
         flags = bench_flags(spec, point, target.base_url, result_path, backend)
         bench = bench_command(flags, backend)
     n = 1 if traffic else mc.clients_for(spec, point)
-    group = _clients(spec, point, target, backend, workdir, stem, n, cores) if n > 1 else []
+    group = (
+        _clients(spec, point, target, backend, workdir, stem, n, cores, client_cores)
+        if n > 1
+        else []
+    )
     evidence: list[dict[str, Any]] = []  # each client's saturation (runners.clientmerge)
     if group:
         results = [c.result for c in group]

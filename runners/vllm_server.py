@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import requests
 
+from runners import conditions as cond
 from runners import procs
 from runners.egress import Egress
 from runners.spec import Spec, VLLMBackend
@@ -119,6 +120,9 @@ class LocalServer:
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        # The cores it runs on (``runners.placement.split_cores``); None: the runner's.
+        self.cpus: tuple[int, ...] | None = None
+        self.affinity: str | None = None  # as read from the started process
 
     @property
     def base_url(self) -> str:
@@ -130,6 +134,10 @@ class LocalServer:
 
     def argv(self) -> list[str]:
         raise NotImplementedError
+
+    def egress(self) -> Egress:
+        """What its HTTP clients may reach: this server only (``runners.egress``)."""
+        return Egress.local_server(self.base_url, self.LABEL)
 
     def command(self) -> str:
         raise NotImplementedError
@@ -143,7 +151,10 @@ class LocalServer:
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {shlex.join(self.argv())}\n".encode())
-        self.proc = procs.spawn(self.argv(), self.log_path, self.env())
+        # Pinned at birth: every engine process and OpenMP thread inherits the set.
+        with cond.pinned(self.cpus):
+            self.proc = procs.spawn(self.argv(), self.log_path, self.env())
+        self.affinity = cond.process_affinity(self.proc.pid)
         try:
             self._wait_ready(started + self.backend.startup_timeout_s)
         except BaseException as exc:
@@ -154,7 +165,7 @@ class LocalServer:
 
     def _wait_ready(self, deadline: float) -> None:
         assert self.proc is not None
-        session = Egress.local_server(self.base_url, self.LABEL).session()
+        session = self.egress().session()
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -236,7 +247,7 @@ class VLLMServer(LocalServer):
 
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache so a point does not reuse the previous point's prompts."""
-        session = Egress.local_server(self.base_url, self.LABEL).session()
+        session = self.egress().session()
         response = session.post(f"{self.base_url}/reset_prefix_cache", timeout=30)
         if response.status_code != 200:
             raise ServerError(

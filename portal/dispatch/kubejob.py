@@ -45,7 +45,20 @@ What the Job looks like, and why:
 - ``terminationMessagePolicy: FallbackToLogsOnError``: when the runner dies, the end of
   its log is kept in the Pod's status, which survives a node that is gone.
 - ``automountServiceAccountToken: false``: the runner talks to the portal over HTTP with
-  its run token; it has no business with the Kubernetes API.
+  its run token; it has no business with the Kubernetes API, except to run its servers
+  apart (below).
+- Where the vLLM servers run (``server_placement``, SERVEBENCH_K8S_SERVER_PLACEMENT):
+  ``separate`` (the default) puts each server configuration in a Pod of its own, apart
+  from the load generator, the way it would be deployed. The runner Pod then asks for no
+  GPU and the client's CPU and memory (SERVEBENCH_K8S_CLIENT_*), mounts its service
+  account's token (the runner Role: Pods and their logs, in its namespace) and carries
+  the server Pod in ``SERVEBENCH_SERVER_POD``: the image, the GPUs and the spec's CPU and
+  memory, /dev/shm, the HF cache and token, and every placement above (node selector,
+  tolerations, affinity, priority, runtime class). ``runners.kube`` creates it, owned by
+  the runner's Pod (deleting the Job deletes it), and reaches it by Pod IP. A run with an
+  HF baseline or ``transformers serve`` (both run inside the runner, on its GPUs), or with
+  ``same-pod``, keeps everything in the runner's Pod. The Job's
+  ``servebench.dev/server-placement`` annotation says which and why.
 """
 
 from __future__ import annotations
@@ -74,12 +87,19 @@ RUN_LABEL = "servebench.dev/run"
 # Kueue's label naming the LocalQueue a Job waits in (on the Job only, not its Pod/Secret).
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NAME_PREFIX = "servebench-run-"
+# Where a run's vLLM servers run (SERVEBENCH_K8S_SERVER_PLACEMENT): each in a Pod of its
+# own with the GPUs, apart from the runner (the load generator), or in the runner's Pod.
+SEPARATE, SAME_POD = "separate", "same-pod"
+PLACEMENT_ANNOTATION = "servebench.dev/server-placement"
+SERVER_POD_ENV = "SERVEBENCH_SERVER_POD"  # runners.kube.POD_ENV
+SERVER_CONTAINER = "server"  # runners.kube.CONTAINER
 
 LABELS = {
     "app.kubernetes.io/name": "servebench",
     "app.kubernetes.io/component": "runner",
     "app.kubernetes.io/managed-by": "servebench-portal",
 }
+SERVER_LABELS = {"app.kubernetes.io/component": "server"}
 
 _DNS_LABEL_MAX = 63
 
@@ -136,6 +156,10 @@ class RunnerConfig:
     hf_token_key: str = "token"  # noqa: S105 (the key's name)
     ttl_seconds: int = 86400
     report_base_url: str = ""
+    server_placement: str = SEPARATE
+    runner_api_url: str = ""
+    client_cpu_request: str = "2"
+    client_memory_request: str = "8Gi"
 
     @classmethod
     def from_settings(cls) -> RunnerConfig:
@@ -170,6 +194,10 @@ class RunnerConfig:
             hf_token_key=s.SERVEBENCH_K8S_HF_TOKEN_KEY,
             ttl_seconds=s.SERVEBENCH_K8S_TTL_SECONDS,
             report_base_url=s.SERVEBENCH_K8S_REPORT_URL,
+            server_placement=s.SERVEBENCH_K8S_SERVER_PLACEMENT,
+            runner_api_url=s.SERVEBENCH_K8S_RUNNER_API_URL,
+            client_cpu_request=s.SERVEBENCH_K8S_CLIENT_CPU_REQUEST,
+            client_memory_request=s.SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST,
         )
 
 
@@ -293,6 +321,22 @@ def endpoint_backends(spec: dict[str, Any]) -> list[rs.EndpointBackend]:
     return out
 
 
+def server_placement(spec: dict[str, Any], cfg: RunnerConfig) -> tuple[str, str]:
+    """(``separate`` or ``same-pod``, why): separate where the setting asks for it and
+    every model the runner loads is a vLLM server's. An HF baseline or ``transformers
+    serve`` runs inside the runner, so such a run keeps its GPUs, and its servers, in the
+    runner's Pod; a run of endpoints only starts no server at all."""
+    if cfg.server_placement != SEPARATE:
+        return SAME_POD, f"SERVEBENCH_K8S_SERVER_PLACEMENT={cfg.server_placement}"
+    kinds = {str(b.get("kind")) for b in spec.get("backends") or [] if isinstance(b, dict)}
+    if "vllm" not in kinds:
+        return SAME_POD, "no vLLM server to start"
+    inside = sorted(kinds - {"vllm", "endpoint"})
+    if inside:
+        return SAME_POD, f"{', '.join(inside)} runs inside the runner, on its GPUs"
+    return SEPARATE, "each vLLM server in a Pod of its own, with the GPUs"
+
+
 def build_job(
     public_id: str,
     spec: dict[str, Any],
@@ -325,6 +369,8 @@ def build_job(
     name = job_name(public_id)
     labels = run_labels(public_id)
     place = placement(resources, owner, cfg)
+    where, why = server_placement(spec, cfg)
+    separate = where == SEPARATE
 
     requests = {
         "cpu": str(resources.get("cpu") or cfg.cpu_request),
@@ -333,28 +379,55 @@ def build_job(
     limits = {"memory": requests["memory"]}
     if gpus > 0:
         limits[place.gpu_resource] = str(gpus)  # a string: 1.20's apply rejects a bare int
+    server_resources = client.V1ResourceRequirements(requests=requests, limits=limits)
+    if separate:  # the spec's resources are the server's; the load generator's are small
+        requests = {"cpu": cfg.client_cpu_request, "memory": cfg.client_memory_request}
+        limits = {"memory": requests["memory"]}
 
+    model_env = [_env("PYTHONUNBUFFERED", "1"), _env("HF_HOME", cfg.hf_home)]
+    if cfg.hf_token_secret:
+        # optional: a missing Secret must not keep public models from running.
+        model_env.append(_secret_env("HF_TOKEN", cfg.hf_token_secret, cfg.hf_token_key, True))
     env = [
-        _env("PYTHONUNBUFFERED", "1"),
-        _env("HF_HOME", cfg.hf_home),
+        *model_env,
         _env("SERVEBENCH_IMAGE", image),
         _field_env("SERVEBENCH_NODE_NAME", "spec.nodeName"),
         _field_env("SERVEBENCH_POD_NAME", "metadata.name"),
         _field_env("SERVEBENCH_POD_NAMESPACE", "metadata.namespace"),
+        _field_env("SERVEBENCH_POD_UID", "metadata.uid"),
         _secret_env("SERVEBENCH_RUN_TOKEN", name, SECRET_TOKEN_KEY),
     ]
-    if cfg.hf_token_secret:
-        # optional: a missing Secret must not keep public models from running.
-        env.append(_secret_env("HF_TOKEN", cfg.hf_token_secret, cfg.hf_token_key, True))
     for backend in endpoints:
         key = backend.api_key
         if key is not None and key.secret is not None:
             env.append(_secret_env(str(backend.key_env()), key.secret, key.key, True))
 
+    # What a process that loads the model needs: /dev/shm, the Hugging Face cache.
+    model_mounts = [
+        client.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # noqa: S108 (the Pod's own)
+    ]
+    model_volumes = [
+        client.V1Volume(
+            name="dshm",
+            empty_dir=client.V1EmptyDirVolumeSource(
+                medium="Memory", size_limit=shm_size(spec, gpus, cfg) or None
+            ),
+        ),
+    ]
+    if cfg.hf_cache_pvc:
+        model_mounts.append(client.V1VolumeMount(name="hf-cache", mount_path=cfg.hf_home))
+        model_volumes.append(
+            client.V1Volume(
+                name="hf-cache",
+                persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=cfg.hf_cache_pvc
+                ),
+            )
+        )
     mounts = [
         client.V1VolumeMount(name="spec", mount_path=SPEC_DIR, read_only=True),
         client.V1VolumeMount(name="work", mount_path=WORK_DIR),
-        client.V1VolumeMount(name="dshm", mount_path="/dev/shm"),  # noqa: S108 (the Pod's own)
+        *model_mounts,
     ]
     volumes = [
         client.V1Volume(
@@ -365,23 +438,44 @@ def build_job(
             ),
         ),
         client.V1Volume(name="work", empty_dir=client.V1EmptyDirVolumeSource()),
-        client.V1Volume(
-            name="dshm",
-            empty_dir=client.V1EmptyDirVolumeSource(
-                medium="Memory", size_limit=shm_size(spec, gpus, cfg) or None
-            ),
-        ),
+        *model_volumes,
     ]
-    if cfg.hf_cache_pvc:
-        mounts.append(client.V1VolumeMount(name="hf-cache", mount_path=cfg.hf_home))
-        volumes.append(
-            client.V1Volume(
-                name="hf-cache",
-                persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
-                    claim_name=cfg.hf_cache_pvc
-                ),
-            )
+    placed = {
+        "node_selector": node_selector(resources, cfg) or None,
+        "tolerations": [typed(t, "V1Toleration") for t in cfg.tolerations] or None,
+        "affinity": typed(cfg.affinity, "V1Affinity") if cfg.affinity else None,
+        "image_pull_secrets": [
+            client.V1LocalObjectReference(name=n) for n in cfg.image_pull_secrets
+        ]
+        or None,
+        "priority_class_name": place.priority_class or None,
+    }
+    runtime_class = (cfg.runtime_class or None) if gpus > 0 else None
+    if separate:
+        server_pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(labels={**labels, **SERVER_LABELS}),
+            spec=client.V1PodSpec(
+                containers=[
+                    client.V1Container(
+                        name=SERVER_CONTAINER,
+                        image=image,
+                        image_pull_policy=cfg.image_pull_policy or None,
+                        env=model_env,
+                        resources=server_resources,
+                        volume_mounts=model_mounts,
+                        termination_message_policy="FallbackToLogsOnError",
+                    )
+                ],
+                volumes=model_volumes,
+                runtime_class_name=runtime_class,
+                automount_service_account_token=False,
+                enable_service_links=False,
+                **placed,
+            ),
         )
+        env.append(_env(SERVER_POD_ENV, json.dumps(to_manifest(server_pod), sort_keys=True)))
+        if cfg.runner_api_url:
+            env.append(_env("SERVEBENCH_KUBE_API_URL", cfg.runner_api_url))
 
     command = [
         "python", "-m", "runners", "run", f"{SPEC_DIR}/{SPEC_FILE}",
@@ -403,22 +497,20 @@ def build_job(
         restart_policy="Never",
         containers=[container],
         volumes=volumes,
-        node_selector=node_selector(resources, cfg) or None,
-        tolerations=[typed(t, "V1Toleration") for t in cfg.tolerations] or None,
-        affinity=typed(cfg.affinity, "V1Affinity") if cfg.affinity else None,
-        image_pull_secrets=[client.V1LocalObjectReference(name=n) for n in cfg.image_pull_secrets]
-        or None,
         service_account_name=cfg.service_account or None,
-        priority_class_name=place.priority_class or None,
-        runtime_class_name=(cfg.runtime_class or None) if gpus > 0 else None,
-        automount_service_account_token=False,
+        runtime_class_name=None if separate else runtime_class,
+        # Only to create, watch and delete its server Pods (the runner Role); never else.
+        automount_service_account_token=separate,
+        **placed,
         enable_service_links=False,  # thousands of env vars from Services help nobody here
         # vLLM's engine processes outlive their parent's wait when the server is stopped;
         # with a shared namespace the pause container is PID 1 and reaps them (no zombies
         # in a runner that is PID 1 of its own container).
         share_process_namespace=True,
     )
-    annotations = {"servebench.dev/permalink": permalink} if permalink else None
+    annotations = {PLACEMENT_ANNOTATION: f"{where}: {why}"}
+    if permalink:
+        annotations["servebench.dev/permalink"] = permalink
     job_labels = {**labels, QUEUE_LABEL: place.queue} if place.queue else labels
     return client.V1Job(
         api_version="batch/v1",

@@ -48,6 +48,7 @@ from portal.web import (
     traffic,
 )
 from portal.web.figures.common import AXIS_SHORT
+from runners import envfacts
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,8 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
         "has_pareto": any(f["kind"] == "pareto" for f in charts.items),
         "summary": headline,
         "contention": presenters.contention(run, results, headline),
+        # Which cores the servers and the load generator had (runners.placement).
+        "core_split": str(envfacts.lookup(snapshot, "host.core_split") or ""),
         "metric_columns": headings,
         "extra_columns": sum(h.extra for h in headings),
         "summary_rows": tables.summary_rows(results, headings),

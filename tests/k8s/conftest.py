@@ -35,6 +35,8 @@ from k8s_support import (
     CHART_RELEASE,
     HOW,
     REPO,
+    RUNNER_ACCOUNT,
+    RUNNER_NAMESPACE,
     ControlPlane,
     Kubelet,
     create_namespace,
@@ -95,10 +97,11 @@ def control_plane(need: Callable[..., None], early_stop: Any) -> Iterator[Contro
     need(not missing, f"a Kubernetes control plane ({', '.join(missing)} missing)", HOW)
     portal = f"system:serviceaccount:{CHART_NAMESPACE}:{CHART_RELEASE}"
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{CHART_NAMESPACE}"]
+    runner = f"system:serviceaccount:{RUNNER_NAMESPACE}:{RUNNER_ACCOUNT}"
+    runner_groups = ["system:serviceaccounts", f"system:serviceaccounts:{RUNNER_NAMESPACE}"]
+    users = {"portal": (portal, groups), "runner": (runner, runner_groups)}
     try:
-        cp = start_control_plane(
-            {n: str(p) for n, p in binaries.items()}, users={"portal": (portal, groups)}
-        )
+        cp = start_control_plane({n: str(p) for n, p in binaries.items()}, users=users)
     except RuntimeError as exc:
         pytest.fail(f"the test control plane did not start: {exc}", pytrace=False)
 

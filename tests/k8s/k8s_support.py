@@ -44,11 +44,17 @@ HOW = (
     "kube-controller-manager 1.20.2 from Debian's source and fetches helm and kubectl into "
     "~/.cache/servebench/kube/bin, as root, once)"
 )
-CONTROLLERS = "job,garbagecollector,ttl-after-finished,namespace,serviceaccount"
+CONTROLLERS = (
+    "job,garbagecollector,ttl-after-finished,namespace,serviceaccount,serviceaccount-token"
+)
 # Where test_chart_install.py installs the chart; chosen before the API server starts so
 # that a static token can authenticate as the release's ServiceAccount.
 CHART_RELEASE = "servebench"
 CHART_NAMESPACE = f"sb-chart-{uuid.uuid4().hex[:6]}"
+# Where test_server_pod.py plays a runner Pod: a static token authenticates as the runner
+# ServiceAccount of k8s/rbac.yaml there, so the test checks what that Role really allows.
+RUNNER_NAMESPACE = f"sb-runner-{uuid.uuid4().hex[:6]}"
+RUNNER_ACCOUNT = "servebench-runner"
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -29,6 +29,9 @@ DEFAULT_KINDS = {
     ("ConfigMap", "servebench"),
     ("Role", "servebench-runner-jobs"),
     ("RoleBinding", "servebench-runner-jobs"),
+    ("ServiceAccount", "servebench-runner"),
+    ("Role", "servebench-runner-servers"),
+    ("RoleBinding", "servebench-runner-servers"),
     ("Service", "servebench-web"),
     ("Deployment", "servebench-web"),
     ("Deployment", "servebench-worker"),
@@ -107,6 +110,8 @@ def test_everything_on_renders_valid_objects(helm):
         ("ConfigMap", "bench"),
         ("Role", "bench-runner-jobs"),
         ("RoleBinding", "bench-runner-jobs"),
+        ("Role", "bench-runner-servers"),  # bound to runner.serviceAccountName, not created
+        ("RoleBinding", "bench-runner-servers"),
         ("Service", "bench-web"),
         ("Ingress", "bench"),
         ("PersistentVolumeClaim", "bench-hf-cache"),
@@ -238,6 +243,34 @@ def test_the_portal_role_is_least_privilege(helm):
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         }
+
+
+def test_runner_pods_get_an_identity_allowed_only_their_server_pods(helm):
+    """Servers apart (the default): a runner ServiceAccount whose Role manages Pods and
+    reads their logs in the runner namespace, nothing more; same-pod: no such identity."""
+    objects = index(render_chart(helm))
+    config = objects[("ConfigMap", "servebench")]["data"]
+    assert config["SERVEBENCH_K8S_SERVER_PLACEMENT"] == "separate"
+    assert config["SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT"] == "servebench-runner"
+    assert objects[("ServiceAccount", "servebench-runner")]["automountServiceAccountToken"] is False
+    assert objects[("Role", "servebench-runner-servers")]["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+    assert objects[("RoleBinding", "servebench-runner-servers")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "servebench-runner", "namespace": "servebench"}
+    ]
+    same = index(render_chart(helm, "--set", "runner.serverPlacement=same-pod"))
+    assert ("Role", "servebench-runner-servers") not in same
+    assert ("ServiceAccount", "servebench-runner") not in same
+    assert same[("ConfigMap", "servebench")]["data"]["SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT"] == ""
+    own = index(render_chart(helm, "--set", "runner.serviceAccountName=mine"))
+    assert ("ServiceAccount", "servebench-runner") not in own  # bound, not created
+    assert own[("RoleBinding", "servebench-runner-servers")]["subjects"][0]["name"] == "mine"
 
 
 def test_a_settings_change_rolls_the_pods(helm):

@@ -222,6 +222,7 @@ def test_the_manifests_pass_a_server_side_dry_run(kubectl, control_plane, kube_a
         "apply", "--dry-run=server", "-k", str(KUSTOMIZE),
     ])  # fmt: skip
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 10 and all(line.endswith("(server dry run)") for line in lines), lines
+    # 13: the portal's objects, and the runner's ServiceAccount, Role and RoleBinding.
+    assert len(lines) == 13 and all(line.endswith("(server dry run)") for line in lines), lines
     # Nothing was really created.
     assert client.AppsV1Api(kube_api).list_namespaced_deployment("servebench").items == []

@@ -98,6 +98,8 @@ def test_a_spec_of_only_endpoints_creates_a_job_without_a_gpu(k8s, make_run, kub
 
 
 def test_a_spec_with_a_vllm_backend_beside_endpoints_keeps_its_gpu(k8s, make_run, kube_api):
+    """The GPU goes to the vLLM server's own Pod (servers apart, the default); the runner,
+    which only sends requests, asks for none."""
     spec = endpoint_spec()
     spec["backends"].append({"kind": "vllm"})
     spec["resources"] = {"gpu_count": 1}
@@ -105,7 +107,10 @@ def test_a_spec_with_a_vllm_backend_beside_endpoints_keeps_its_gpu(k8s, make_run
     handle = run.executor_handle
     job = client.BatchV1Api(kube_api).read_namespaced_job(handle["job"], handle["namespace"])
     (container,) = kubejob.to_manifest(job)["spec"]["template"]["spec"]["containers"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    (template,) = [e["value"] for e in container["env"] if e["name"] == kubejob.SERVER_POD_ENV]
+    (server,) = json.loads(template)["spec"]["containers"]
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
 @pytest.mark.parametrize(

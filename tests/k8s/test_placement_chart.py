@@ -7,6 +7,7 @@ defaults: test_manifests.py.)"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -43,6 +44,13 @@ names = %(keys)r
 print(json.dumps({"settings": {n: getattr(settings, n) for n in names},
                   "job": kubejob.to_manifest(job)}))
 """
+
+
+def server_pod(job: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM server's own Pod, as the Job hands it to the runner (servers apart)."""
+    (runner,) = job["spec"]["template"]["spec"]["containers"]
+    (value,) = [e["value"] for e in runner["env"] if e["name"] == "SERVEBENCH_SERVER_POD"]
+    return json.loads(value)
 
 
 def settings_and_job(config: dict[str, str], owner: str = "", **resources: Any) -> dict[str, Any]:
@@ -83,10 +91,14 @@ def test_the_placement_values_are_settings_the_portal_accepts(helm):
     assert job["spec"]["suspend"] is True
     pod = job["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "benchmark-high"
-    assert pod["runtimeClassName"] == "nvidia"
-    limits = pod["containers"][0]["resources"]["limits"]
+    # The GPUs, their runtime and shared memory are the vLLM server's, in its own Pod.
+    assert "runtimeClassName" not in pod
+    server = server_pod(job)["spec"]
+    assert server["priorityClassName"] == "benchmark-high"
+    assert server["runtimeClassName"] == "nvidia"
+    limits = server["containers"][0]["resources"]["limits"]
     assert limits == {"memory": "128Gi", "nvidia.com/mig-3g.40gb": "4"}
-    (dshm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    (dshm,) = [v for v in server["volumes"] if v["name"] == "dshm"]
     assert dshm["emptyDir"] == {"medium": "Memory", "sizeLimit": "48Gi"}  # 4 x 12Gi
 
     # alice's queue is pinned; a choice the values do not allow falls back to the defaults.
@@ -104,8 +116,12 @@ def test_by_default_no_placement_setting_changes_the_job(helm):
     assert "suspend" not in job["spec"]
     pod = job["spec"]["template"]["spec"]
     assert "priorityClassName" not in pod and "runtimeClassName" not in pod
-    assert pod["containers"][0]["resources"]["limits"] == {"memory": "32Gi", "nvidia.com/gpu": "4"}
-    (dshm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert pod["containers"][0]["resources"]["limits"] == {"memory": "8Gi"}  # the client's
+    server = server_pod(job)["spec"]
+    assert "priorityClassName" not in server and "runtimeClassName" not in server
+    limits = server["containers"][0]["resources"]["limits"]
+    assert limits == {"memory": "32Gi", "nvidia.com/gpu": "4"}
+    (dshm,) = [v for v in server["volumes"] if v["name"] == "dshm"]
     assert dshm["emptyDir"] == {"medium": "Memory"}
 
 

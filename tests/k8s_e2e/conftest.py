@@ -188,6 +188,10 @@ def release(
         "runner": {
             "image": {"repository": runner_repo, "tag": runner_tag},
             "resources": {"cpu": "1", "memory": "6Gi"},
+            # A run whose servers run apart: the runner Pod (the load generator) asks for
+            # this, and creates its server Pods through the API server's real address.
+            "clientResources": {"cpu": "500m", "memory": "3Gi"},
+            "kubeApiUrl": f"https://{NODE_IP}:{cluster.api_port}",
             "hfCache": {"create": True},
             "modelRoots": [HF_MOUNT],
             # No cluster DNS: runners report to the web on the node's address.

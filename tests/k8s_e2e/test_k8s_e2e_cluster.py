@@ -132,6 +132,44 @@ def test_a_tiny_run_goes_through_a_runner_pod_to_the_run_page(
     assert container["image_digest"] in page or container["image_digest"][:19] in page
 
 
+def test_a_vllm_run_measures_a_server_in_a_pod_of_its_own(
+    cluster: Cluster, release: Release, portal: Portal
+):
+    """Servers apart (the chart's default): the runner Pod creates the vLLM server's Pod
+    with its own service account, measures it by Pod IP, then deletes it."""
+    spec = tiny_spec(release)
+    spec["backends"] = [b for b in spec["backends"] if b["kind"] == "vllm"]
+    began = time.monotonic()
+    run_id = portal.request("POST", "/api/v1/runs/", {"spec": spec})["id"]
+    core = client.CoreV1Api(cluster.api_client())
+
+    def by_component(component: str) -> list[Any]:
+        selector = f"servebench.dev/run={run_id},app.kubernetes.io/component={component}"
+        return core.list_namespaced_pod(release.namespace, label_selector=selector).items
+
+    (runner,) = wait_for(lambda: by_component("runner"), 120, "the runner's Pod")
+    (server,) = wait_for(lambda: by_component("server"), 600, "the server's Pod")
+    done = wait_status(portal, run_id, {"succeeded", "failed", "cancelled"}, 1500)
+    TIMINGS["run, server apart (submit to succeeded)"] = time.monotonic() - began
+    log = kubectl(cluster, "-n", release.namespace, "logs", runner.metadata.name, check=False)
+    assert done["status"] == "succeeded", f"{done.get('failure_reason')}\n{log[-3000:]}"
+
+    (owner,) = server.metadata.owner_references
+    assert (owner.kind, owner.uid) == ("Pod", runner.metadata.uid)
+    assert server.spec.containers[0].command[2] == "vllm.entrypoints.openai.api_server"
+    assert runner.spec.containers[0].resources.requests == {"cpu": "500m", "memory": "3Gi"}
+    assert server.spec.containers[0].resources.requests["memory"] == "6Gi"
+    result = portal.request("GET", f"/api/v1/runs/{run_id}/result")
+    (m,) = result["measurements"]
+    assert m["status"] == "succeeded" and m["metrics"]["output_throughput"] > 0, m
+    conditions = m["conditions"]
+    assert conditions["server_pod"] == server.metadata.name
+    assert conditions["server_node"] == "sb-node"
+    assert conditions["server_pod_ip"].startswith(NODE_IP.rsplit(".", 1)[0])
+    # Stopped by the runner when it was done with it.
+    wait_for(lambda: not by_component("server"), 120, "the server Pod to be deleted")
+
+
 def test_cancelling_a_run_removes_its_pod(cluster: Cluster, release: Release, portal: Portal):
     created = portal.request("POST", "/api/v1/runs/", {"spec": tiny_spec(release)})
     run_id = created["id"]

@@ -43,14 +43,23 @@ def conditions(contended: bool) -> dict[str, Any]:
     }
 
 
-def run_with(owner: Any, *, hf_contended: bool, vllm_contended_at: int | None = None) -> Run:
+def run_with(
+    owner: Any,
+    *,
+    hf_contended: bool,
+    vllm_contended_at: int | None = None,
+    core_split: str | None = None,
+) -> Run:
     """A finished run through the real services: an HF baseline and a concurrency sweep,
-    each measurement carrying its conditions."""
+    each measurement carrying its conditions (and the environment ``core_split``)."""
     spec = webdata.sweep_spec([1, 4, 16])
     run = intake.create_run(owner, spec, "conditions")
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     run.refresh_from_db()
-    environment.store_environment(run, webdata.snapshot(), "f" * 64)
+    snapshot = webdata.snapshot()
+    if core_split is not None:
+        snapshot["host"]["core_split"] = core_split
+    environment.store_environment(run, snapshot, "f" * 64)
     run.refresh_from_db()
     hf = webdata.hf_measurement(40.0).model_copy(update={"conditions": conditions(hf_contended)})
     ingestion.ingest_measurement(run, hf)

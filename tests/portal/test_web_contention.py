@@ -81,3 +81,12 @@ def test_clean_measurements_show_no_warning(make_user):
     assert 'id="contention-warning"' not in html
     assert "not trustworthy" not in html
     assert "measured under CPU contention" not in html.lower()
+
+
+def test_the_cores_the_server_and_the_client_had_are_said_next_to_the_warning(make_user):
+    split = "server 0-6, client 7 (split: 7 physical cores to the server, 1 to the client)"
+    html = page(run_with(make_user(), hf_contended=True, core_split=split))
+    assert f'<p class="muted" id="core-split">Cores: {split}.</p>' in html
+    assert html.index('id="contention-warning"') < html.index('id="core-split"')
+    assert "Cores (server, client)" in html  # among the environment's facts too
+    assert 'id="core-split"' not in page(run_with(make_user(), hf_contended=False))

@@ -25,6 +25,7 @@ from shared_servers import shared_vllm_spec
 
 from runners import clientmerge, procs
 from runners.bottleneck import diagnose
+from runners.conditions import format_cpu_list
 from runners.result import METRIC_KEYS, ResultDocument
 from runners.runner import ExitCode, Runner
 from runners.spec import Point, parse_spec
@@ -373,7 +374,11 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
     spec = spec_for(
         tiny_model, backends=[{"kind": "hf-sequential", "num_prompts": 2}, {"kind": "vllm"}]
     )
+    # This machine's cores are too few for the automatic split: name the server's core.
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpus = str(cpus[0]), format_cpu_list(cpus[1:])
     env = {**os.environ, "SERVEBENCH_RUN_TOKEN": "sb_run_cli"}
+    env["SERVEBENCH_SERVER_CPUS"] = server_cpu
     (tmp_path / "spec.json").write_text(spec.model_dump_json())
     argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json")]
     argv += ["--out", str(tmp_path / "result.json"), "--report", portal.url]
@@ -410,6 +415,13 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
         # The cache vLLM allocated: the portal's capacity planning reads it.
         assert m.server_metrics.num_gpu_blocks > 0 and m.server_metrics.block_size > 0
         assert m.telemetry["server"]["t"] and m.telemetry["window"]
+        # The server ran on its core, the client on the rest, as read from the processes.
+        assert m.conditions["server_cores"] == m.conditions["server_affinity"] == server_cpu
+        assert m.conditions["client_cores"] == m.conditions["client_affinity"] == client_cpus
+    assert document.environment["host"]["core_split"] == (
+        f"server {server_cpu}, client {client_cpus} (split by SERVEBENCH_SERVER_CPUS)"
+    )
+    assert "server_cores" not in hf.conditions  # the baseline owns every core
     # The HF baseline's telemetry: its requests' window, and the GPUs (or why not).
     assert len(hf.telemetry["requests"]["sent"]) == 2 and "status" in hf.telemetry["gpu"]
     assert c1.point.key == "concurrency:max_concurrency=1"

@@ -60,6 +60,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s:%s" .Values.runner.image.repository (default .Chart.AppVersion .Values.runner.image.tag) }}
 {{- end }}
 
+{{- define "servebench.runnerServiceAccountName" -}}
+{{- if .Values.runner.serviceAccountName }}
+{{- .Values.runner.serviceAccountName }}
+{{- else if and .Values.rbac.create (eq .Values.runner.serverPlacement "separate") }}
+{{- printf "%s-runner" (include "servebench.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{- define "servebench.runnerNamespace" -}}
 {{- default .Release.Namespace .Values.runner.namespace }}
 {{- end }}
@@ -174,7 +182,11 @@ SERVEBENCH_K8S_NAMESPACE: {{ include "servebench.runnerNamespace" . | quote }}
 SERVEBENCH_K8S_RUNNER_IMAGE: {{ include "servebench.runnerImage" . | quote }}
 SERVEBENCH_K8S_IMAGE_PULL_POLICY: {{ $runner.image.pullPolicy | quote }}
 SERVEBENCH_K8S_IMAGE_PULL_SECRETS: {{ include "servebench.runnerPullSecrets" . | quote }}
-SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: {{ $runner.serviceAccountName | quote }}
+SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: {{ include "servebench.runnerServiceAccountName" . | quote }}
+SERVEBENCH_K8S_SERVER_PLACEMENT: {{ $runner.serverPlacement | quote }}
+SERVEBENCH_K8S_CLIENT_CPU_REQUEST: {{ $runner.clientResources.cpu | quote }}
+SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST: {{ $runner.clientResources.memory | quote }}
+SERVEBENCH_K8S_RUNNER_API_URL: {{ $runner.kubeApiUrl | quote }}
 SERVEBENCH_K8S_GPU_RESOURCE: {{ $runner.gpu.resourceName | quote }}
 SERVEBENCH_K8S_GPU_TYPE_LABEL: {{ $runner.gpu.typeLabel | quote }}
 SERVEBENCH_K8S_MAX_GPUS: {{ $runner.gpu.maxCount | quote }}

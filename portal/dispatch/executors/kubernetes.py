@@ -249,7 +249,11 @@ class KubernetesExecutor(Executor):
         self, ns: str, handle: Handle, attempts: int | None = None, timeout: float | None = None
     ) -> list[client.V1Pod]:
         kube = self.kube
-        selector = f"{kubejob.RUN_LABEL}={kubejob.label_value(handle.get('run', ''))}"
+        # The runner's Pods, not the server Pods a runner creates (runners.kube).
+        selector = (
+            f"{kubejob.RUN_LABEL}={kubejob.label_value(handle.get('run', ''))},"
+            f"app.kubernetes.io/component!={kubejob.SERVER_LABELS['app.kubernetes.io/component']}"
+        )
         if not handle.get("run"):
             selector = f"job-name={handle['job']}"
         pods = kube.call(
