@@ -132,13 +132,29 @@ def test_a_tiny_run_goes_through_a_runner_pod_to_the_run_page(
     assert container["image_digest"] in page or container["image_digest"][:19] in page
 
 
-def test_a_vllm_run_measures_a_server_in_a_pod_of_its_own(
+def test_a_config_search_measures_each_server_in_a_pod_of_its_own_and_ranks_them(
     cluster: Cluster, release: Release, portal: Portal
 ):
-    """Servers apart (the chart's default): the runner Pod creates the vLLM server's Pod
-    with its own service account, measures it by Pod IP, then deletes it."""
+    """Servers apart (the chart's default), for a configuration search: the runner Pod
+    creates each configuration's vLLM server as a Pod of its own with its own service
+    account, measures it by Pod IP (its SLA search included), deletes it, and the run is
+    ranked within its budget."""
     spec = tiny_spec(release)
+    spec["name"] = "max_num_seqs search on a real node"
     spec["backends"] = [b for b in spec["backends"] if b["kind"] == "vllm"]
+    spec["config_search"] = {
+        "configs": [{"max_num_seqs": 4}, {"max_num_seqs": 1}, {"max_num_seqs": 8}],
+        "budget": {"points": 12},
+    }
+    # A generous SLO (this test is about placement, not speed): concurrency 1 then 4.
+    spec["sla_search"] = {
+        "axis": "max_concurrency",
+        "slo": {"p99_e2el_ms": 120_000},
+        "low": 1,
+        "high": 4,
+        "max_points": 3,
+        "confirm": "none",
+    }
     began = time.monotonic()
     run_id = portal.request("POST", "/api/v1/runs/", {"spec": spec})["id"]
     core = client.CoreV1Api(cluster.api_client())
@@ -148,9 +164,9 @@ def test_a_vllm_run_measures_a_server_in_a_pod_of_its_own(
         return core.list_namespaced_pod(release.namespace, label_selector=selector).items
 
     (runner,) = wait_for(lambda: by_component("runner"), 120, "the runner's Pod")
-    (server,) = wait_for(lambda: by_component("server"), 600, "the server's Pod")
+    (server,) = wait_for(lambda: by_component("server"), 600, "the first server's Pod")
     done = wait_status(portal, run_id, {"succeeded", "failed", "cancelled"}, 1500)
-    TIMINGS["run, server apart (submit to succeeded)"] = time.monotonic() - began
+    TIMINGS["config search of 3, servers apart (submit to succeeded)"] = time.monotonic() - began
     log = kubectl(cluster, "-n", release.namespace, "logs", runner.metadata.name, check=False)
     assert done["status"] == "succeeded", f"{done.get('failure_reason')}\n{log[-3000:]}"
 
@@ -160,14 +176,30 @@ def test_a_vllm_run_measures_a_server_in_a_pod_of_its_own(
     assert runner.spec.containers[0].resources.requests == {"cpu": "500m", "memory": "3Gi"}
     assert server.spec.containers[0].resources.requests["memory"] == "6Gi"
     result = portal.request("GET", f"/api/v1/runs/{run_id}/result")
-    (m,) = result["measurements"]
-    assert m["status"] == "succeeded" and m["metrics"]["output_throughput"] > 0, m
-    conditions = m["conditions"]
-    assert conditions["server_pod"] == server.metadata.name
-    assert conditions["server_node"] == "sb-node"
-    assert conditions["server_pod_ip"].startswith(NODE_IP.rsplit(".", 1)[0])
-    # Stopped by the runner when it was done with it.
-    wait_for(lambda: not by_component("server"), 120, "the server Pod to be deleted")
+    measurements = result["measurements"]
+    assert all(m["status"] == "succeeded" for m in measurements), measurements
+    assert len(measurements) <= 12  # within the budget
+    # Each configuration's server was a Pod of its own on the node, reached by Pod IP.
+    pods: dict[str, set[str]] = {}
+    for m in measurements:
+        conditions = m["conditions"]
+        assert conditions["server_node"] == "sb-node"
+        assert conditions["server_pod_ip"].startswith(NODE_IP.rsplit(".", 1)[0])
+        pods.setdefault(m["backend"], set()).add(conditions["server_pod"])
+    names = ["vllm-seqs4", "vllm-seqs1", "vllm-seqs8"]
+    assert sorted(pods) == sorted(names), pods
+    assert all(len(p) == 1 for p in pods.values()) and len(set.union(*pods.values())) == 3
+    assert server.metadata.name in pods["vllm-seqs4"]
+    # Searched and ranked: every configuration has an outcome and a row.
+    outcomes = {c["name"]: c for c in result["config_search"]}
+    assert sorted(outcomes) == sorted(names), result["config_search"]
+    assert all(c["state"] in ("measured", "dropped") for c in outcomes.values()), outcomes
+    ranking = result["ranking"]
+    assert ranking["winner"] in names
+    assert sorted(e["backend"] for e in ranking["entries"]) == sorted(names)
+    assert ranking["entries"][0]["serve_command"].startswith("vllm serve")
+    # Every server Pod stopped by the runner when it was done with it.
+    wait_for(lambda: not by_component("server"), 120, "the server Pods to be deleted")
 
 
 def test_cancelling_a_run_removes_its_pod(cluster: Cluster, release: Release, portal: Portal):

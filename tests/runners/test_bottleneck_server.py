@@ -1,9 +1,11 @@
 """What limited a point, on a real vLLM server (issue 26, item 4): ``max_num_seqs: 1`` under
 concurrency 8 names the scheduler queue, with the peaks the server reported, and the bench
-client's own CPU time over the requests' window is recorded with the point.
+client's own CPU time over the requests' window is recorded with the point; a KV cache of
+eight blocks under concurrency 8 names KV capacity with the preemptions the server counted.
+(A client held to a fraction of a core: ``test_vllm.py``.)
 
-One server start (~100 s on 2 CPU cores), one point. The other causes are provoked on the
-recorded point in ``test_bottleneck.py``.
+Two server starts (~100 s each on 2 CPU cores), one point each. The other causes are
+provoked on the recorded point in ``test_bottleneck.py``.
 """
 
 from __future__ import annotations
@@ -53,3 +55,48 @@ def test_max_num_seqs_1_under_concurrency_8_names_the_scheduler_queue(tiny_model
     cpu = m.conditions["client_cpu_per_wall"]
     assert 0 < cpu < 1.5, m.conditions
     assert m.conditions["client_cpu_s"] > 0
+
+
+def test_a_tiny_kv_cache_under_concurrency_8_names_kv_capacity_with_its_preemptions(
+    tiny_model, tmp_path
+):
+    # Eight usable 32-token blocks (one more is vLLM's null block): 256 tokens, one
+    # max_model_len sequence. Eight requests of 64 prompt tokens fill them at once, and
+    # each needs a third block when its decode passes token 64: the scheduler preempts.
+    spec = parse_spec(
+        {
+            "model": {"id": str(tiny_model), "max_model_len": 256},
+            "workload": {"input_len": 64, "output_len": 64, "num_prompts": 16, "num_warmups": 0},
+            "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [8]}],
+            "backends": [
+                {
+                    "kind": "vllm",
+                    "block_size": 32,
+                    "enable_prefix_caching": False,
+                    "extra_args": ["--num-gpu-blocks-override", "9"],
+                }
+            ],
+        }
+    )
+    backend = spec.vllm_backends[0]
+    point = Point(
+        sweep="concurrency",
+        axis="max_concurrency",
+        value=8,
+        input_len=64,
+        output_len=64,
+        max_concurrency=8,
+        num_prompts=16,
+        request_rate=None,
+    )
+    with VLLMServer(spec, backend, tmp_path / "server.log") as server:
+        m = measure_point(server, spec, backend, point, 0, tmp_path)
+    assert m.status == "succeeded", m.error
+    server_metrics = m.server_metrics
+    assert server_metrics is not None
+    assert server_metrics.num_gpu_blocks == 9 and server_metrics.block_size == 32
+    assert (server_metrics.preemptions or 0) >= 1, server_metrics
+    found = bottleneck.diagnose(m.model_dump(mode="json"))
+    assert found.cause == "kv-capacity", found
+    assert found.sentence.startswith("The KV cache ran out: "), found.sentence
+    assert "preemption" in found.sentence
