@@ -171,8 +171,9 @@ def test_the_shared_page_cache_reaches_an_embedded_redis_on_its_socket(tmp_path)
 
 
 def test_every_variable_the_settings_read_is_in_the_configuration_reference():
-    """docs/configuration.md is the one list of the portal's variables: each name a reader
-    in portal/settings.py takes is there, and the reference names none that nothing reads."""
+    """docs/configuration.md is the one list of the portal's variables (and of the few the
+    runners it starts read, marked so): each name a reader in portal/settings.py takes is
+    there, and the reference names none that nothing reads."""
     import re
 
     source = (REPO / "portal" / "settings.py").read_text()
@@ -182,7 +183,9 @@ def test_every_variable_the_settings_read_is_in_the_configuration_reference():
     assert sorted(n for n in read if not re.search(rf"\b{n}\b", reference)) == []
     documented = set(re.findall(r"\b(SERVEBENCH_[A-Z0-9_]*[A-Z0-9])\b", reference))
     elsewhere = {"SERVEBENCH_CACHE", "SERVEBENCH_HOME"}  # read by portal/lib and the Makefile
-    code = "\n".join(p.read_text() for p in (REPO / "portal").rglob("*.py"))
+    code = "\n".join(
+        p.read_text() for tree in ("portal", "runners") for p in (REPO / tree).rglob("*.py")
+    )
     assert sorted(n for n in documented - read - elsewhere if n not in code) == []
 
 
