@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from portal.benchmarks import ingestion
 from portal.benchmarks import points as pts
 from portal.benchmarks.models import Environment, Measurement, Run
 from runners import fingerprint as rf
@@ -58,6 +59,14 @@ class LoadedRun:
         if self.spec is None:
             return None
         return rf.Identity.of(self.spec, self.snapshot or None)
+
+    @cached_property
+    def sla_searches(self) -> list[dict[str, Any]]:
+        """The run's SLA search answers and paths (``ingestion.sla_searches``), read once
+        for every section that shows them; [] without a search or a parsed spec."""
+        if self.spec is None or self.spec.sla_search is None:
+            return []
+        return ingestion.sla_searches(self.run, self.spec)
 
     @property
     def series_key(self) -> str:

@@ -85,7 +85,7 @@ def section(view: LoadedRun) -> dict[str, Any] | None:
     spec = view.spec
     if spec is None or len(spec.served_backends) < 2:
         return None
-    searches = ingestion.sla_searches(view.run, spec) if spec.sla_search else []
+    searches = view.sla_searches
     outcomes = ingestion.config_outcomes(view.run, spec, searches)
     found = rank(view, searches, outcomes)
     if found is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal.benchmarks import ingestion
 from portal.benchmarks.models import Measurement, Run
 from portal.benchmarks.runview import LoadedRun
 from runners import spec as rs
@@ -106,7 +105,7 @@ def section(view: LoadedRun) -> dict[str, Any] | None:
     spec, run = view.spec, view.run
     if spec is None or (spec.sla_search is None and not spec.endpoint_backends):
         return None
-    searches = ingestion.sla_searches(run, spec) if spec.sla_search else []
+    searches = view.sla_searches
     endpoints = _endpoints(view) if spec.endpoint_backends else []
     notes = _endpoint_notes(run) if spec.endpoint_backends else []
     return {
