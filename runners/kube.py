@@ -16,14 +16,16 @@ and Hugging Face cache, every policy the portal applies to runner Pods. ``PodSer
 
 It creates the Pod through the Kubernetes API with the runner Pod's service account
 (``KubeAPI``: the standard library only, a timeout on every call; the Role allows Pods
-create/get/list/delete and their logs in the runner's namespace), waits for it to run and
-have an IP, then for ``GET /health`` on ``http://<pod IP>:8000`` (a Pod IP works in every
-cluster, without kube-proxy or cluster DNS). A Pod that cannot start (its image cannot be
-pulled, it failed, it was not ready before ``startup_timeout_s``) is a ``ServerError``
-with the Pod's own reason and the last lines of its log. Stopping saves the Pod's log in
-the runner's work directory, then deletes the Pod and waits until it is gone. Each served
-point records the Pod, its node and IP in its conditions; the run's environment lists
-every server Pod (``kubernetes.server_pods``).
+create/get/list/delete and their logs in the runner's namespace; a call the API server
+did not answer, or answered 429/5xx, is tried again with backoff for up to
+``API_RETRY_S``, and a create whose first answer was lost finds its own Pod), waits for
+it to run and have an IP, then for ``GET /health`` on ``http://<pod IP>:8000`` (a Pod
+IP works in every cluster, without kube-proxy or cluster DNS). A Pod that cannot start
+(its image cannot be pulled, it failed, it was not ready before ``startup_timeout_s``) is
+a ``ServerError`` with the Pod's own reason and the last lines of its log. Stopping saves
+the Pod's log in the runner's work directory, then deletes the Pod and waits until it is
+gone. Each served point records the Pod, its node and IP in its conditions; the run's
+environment lists every server Pod (``kubernetes.server_pods``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ CONTAINER = "server"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 BACKEND_LABEL = "servebench.dev/backend"
 API_TIMEOUT_S = 10.0
+API_RETRY_S = 60.0  # how long a call is retried while the API server is busy or away
+TRANSIENT = {0, 429, 500, 502, 503, 504}  # 0: no answer (refused, reset, timed out)
 POLL_S = 1.0
 # A container waiting for one of these will not start by waiting longer.
 HOPELESS = {
@@ -72,9 +76,10 @@ _DNS_LABEL_MAX = 63
 class KubeError(RuntimeError):
     """An API call that failed: ``status`` (0: no answer) and the server's message."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, transient: bool | None = None) -> None:
         super().__init__(f"{status}: {message}" if status else message)
         self.status = status
+        self.transient = status in TRANSIENT if transient is None else transient
 
 
 class KubeAPI:
@@ -87,6 +92,8 @@ class KubeAPI:
         self.token = token
         self.namespace = namespace
         self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self.timeout_s = API_TIMEOUT_S
+        self.retry_s = API_RETRY_S
 
     @classmethod
     def in_cluster(cls, environ: dict[str, str] | None = None) -> KubeAPI:
@@ -121,7 +128,33 @@ class KubeAPI:
         query: dict[str, Any] | None = None,
         text: bool = False,
     ) -> Any:
-        """One request; the decoded JSON answer (``text``: as text); KubeError otherwise."""
+        """One request; the decoded JSON answer (``text``: as text); KubeError otherwise.
+
+        A transient failure (no answer, 429, 5xx) is tried again, backing off from 0.5 s
+        to 8 s, until ``retry_s`` has passed; the error then says how many tries it took."""
+        began = time.monotonic()
+        delay, tries = 0.5, 0
+        while True:
+            tries += 1
+            try:
+                return self._once(method, path, body, query, text)
+            except KubeError as exc:
+                spent = time.monotonic() - began
+                if not exc.transient or spent + delay > self.retry_s:
+                    if tries == 1:
+                        raise
+                    raise KubeError(
+                        exc.status,
+                        f"{exc.args[0]} (after {tries} tries over {spent:.0f} s; is the API "
+                        "server overloaded or unreachable from this Pod?)",
+                        transient=exc.transient,
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+    def _once(
+        self, method: str, path: str, body: Any, query: dict[str, Any] | None, text: bool
+    ) -> Any:
         url = f"{self.base_url}/api/v1/namespaces/{self.namespace}/{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -132,7 +165,7 @@ class KubeAPI:
         req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(  # noqa: S310 (the API server's URL)
-                req, timeout=API_TIMEOUT_S, context=self.context
+                req, timeout=self.timeout_s, context=self.context
             ) as resp:
                 answer = resp.read().decode(errors="replace")
         except urllib.error.HTTPError as exc:
@@ -149,10 +182,29 @@ class KubeAPI:
         try:
             return json.loads(answer)
         except ValueError as exc:
-            raise KubeError(0, f"{method} {path}: not JSON ({exc}): {answer[:200]}") from None
+            raise KubeError(
+                0, f"{method} {path}: not JSON ({exc}): {answer[:200]}", transient=False
+            ) from None
 
     def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        return self.call("POST", "pods", manifest)
+        """Create the Pod. Where a retried create meets a Pod of that name with the same
+        owner (the first try was made, its answer lost), that Pod is the one created."""
+        try:
+            return self.call("POST", "pods", manifest)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            name = manifest["metadata"]["name"]
+            existing = self.pod(name)
+            mine = [r.get("uid") for r in manifest["metadata"].get("ownerReferences") or []]
+            theirs = [
+                r.get("uid")
+                for r in ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
+            ]
+            terminating = ((existing or {}).get("metadata") or {}).get("deletionTimestamp")
+            if existing is not None and mine and mine == theirs and not terminating:
+                return existing
+            raise
 
     def pod(self, name: str) -> dict[str, Any] | None:
         """The Pod, or None when there is none of that name."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import struct
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -326,6 +329,86 @@ def test_the_server_pod_goes_with_the_runner_pod_and_the_runner_may_do_nothing_e
 
 
 # --------------------------------------------------------------------------- the runner's side
+
+
+class DroppingProxy:
+    """A TCP relay to the API server that cuts the first ``drops`` connections before a
+    byte is answered (an API server restarting, a busy load balancer), then relays."""
+
+    def __init__(self, upstream: str, drops: int) -> None:
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.drops = drops
+        self.dropped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"https://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.dropped < self.drops:
+                self.dropped += 1
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()  # a reset
+                continue
+            up = socket.create_connection((self.upstream.hostname, self.upstream.port))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_the_runner_rides_out_dropped_api_calls_and_finds_the_pod_its_lost_create_made(
+    control_plane, kube_api, runner_pod, health, tmp_path
+):
+    """A CI run once lost a whole configuration to one timed-out POST pods: calls the API
+    server did not answer are tried again, and a create whose answer was lost (the Pod
+    made, the runner not told) is not a conflict with itself."""
+    core = client.CoreV1Api(kube_api)
+    server = server_for(control_plane, runner_pod, tmp_path, health)
+    made = server.api.create_pod(server.manifest())
+    again = server.api.create_pod(server.manifest())  # the retry of a create already made
+    assert again["metadata"]["uid"] == made["metadata"]["uid"]
+    # A Pod of that name some other owner made is not taken for its own.
+    stranger = server.manifest()
+    stranger["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(kube.KubeError) as err:
+        server.api.create_pod(stranger)
+    assert err.value.status == 409
+
+    proxy = DroppingProxy(control_plane.server, drops=2)
+    try:
+        api = kube.KubeAPI(proxy.url, server.api.token, RUNNER_NAMESPACE, str(control_plane.ca))
+        api.retry_s = 20
+        assert api.pod(server.name)["metadata"]["uid"] == made["metadata"]["uid"]
+        assert proxy.dropped == 2
+        # One that never answers: the error says so, how many tries and for how long.
+        proxy.drops = 10**6
+        api.retry_s = 2
+        with pytest.raises(kube.KubeError) as err:
+            api.pod(server.name)
+        assert err.value.status == 0 and "did not answer" in str(err.value)
+        assert "tries over" in str(err.value) and proxy.dropped >= 4
+    finally:
+        proxy.close()
+    # A refusal is not retried: the Role does not allow secrets.
+    with pytest.raises(kube.KubeError) as err:
+        server.api.call("GET", "secrets")
+    assert err.value.status == 403 and "tries" not in str(err.value)
+    server.stop()
+    assert gone(core, server.name)
 
 
 def test_a_server_pod_is_named_after_the_runner_pod_as_a_dns_label():

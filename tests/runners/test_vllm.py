@@ -246,8 +246,11 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
     assert all(c["requests"] == 6 and "cpu_per_wall" in c for c in clients)
     assert all("send_lag_p99_ms" in c for c in clients)
     skew = m.conditions["client_skew"]
-    print("skew", skew, "clients", clients)
-    assert 0 <= skew["release_ms"] < 100 and 0 <= skew["first_send_ms"] < 250
+    # Without the barrier the three would start seconds apart (each imports vLLM and loads
+    # the tokenizer first); with it, within a scheduler wake-up or two of each other. The
+    # bounds leave room for a machine busy with other work (the conditions say whose).
+    why = f"skew {skew}, clients {clients}, contended: {m.conditions.get('reasons')}"
+    assert 0 <= skew["release_ms"] < 500 and 0 <= skew["first_send_ms"] < 1000, why
     assert m.commands["bench"].count("vllm bench serve") == 3
 
 
@@ -312,9 +315,8 @@ def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkey
     assert competitor, "the client never started its timed requests"
     assert m.status == "succeeded", m.error
     (client,) = m.conditions["clients"]
-    print("starved client", client)
     found = diagnose(m.model_dump())
-    assert found.cause == "client", found
+    assert found.cause == "client", (found, client, m.conditions.get("reasons"), m.metrics)
     assert "workload.clients: 2" in found.sentence or "more cores" in found.sentence
 
 
