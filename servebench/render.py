@@ -236,6 +236,12 @@ def _known(value: Any, digits: str = ".4g") -> str:
     return format(value, digits) if isinstance(value, int | float) else "unknown"
 
 
+def _with_spread(value: Any, interval: Any) -> str:
+    """'100 ±3.1%': a number and its 95% interval's half-width, where one was measured."""
+    spread = interval.get("spread") if isinstance(interval, Mapping) else None
+    return f"{_known(value)} {spread}" if spread else _known(value)
+
+
 def ranking_lines(document: Mapping[str, Any]) -> list[str]:
     """The ranking of the run's configurations (``portal.benchmarks.ranking``): a table,
     best first, those without a result last with their reason, then why the winner wins
@@ -255,7 +261,7 @@ def ranking_lines(document: Mapping[str, Any]) -> list[str]:
                 e.get("backend", ""),
                 e.get("state", ""),
                 (e.get("answer_text") or "").split(" at ")[0] if e.get("answer") else "-",
-                _known(e.get("output_throughput")),
+                _with_spread(e.get("output_throughput"), e.get("output_throughput_interval")),
                 _known(e.get("output_throughput_per_gpu")),
                 _known(e.get("output_throughput_per_user")),
                 _known(e.get("energy_per_output_token_j")),

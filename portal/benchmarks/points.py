@@ -634,7 +634,12 @@ def attach_request_intervals(results: RunResults, confidence: float = 0.95) -> N
     throughput from the per-request rates (delta method), latency statistics from their
     samples (order statistics for percentiles, t for means). One query, for those points'
     samples without their token gaps; points with repeats keep their run-to-run spread."""
-    once = [p for p in results.points if p.repeats == 1 and p.ids]
+    attach_point_intervals(results.points, confidence)
+
+
+def attach_point_intervals(points: Iterable[PointStats], confidence: float = 0.95) -> None:
+    """``attach_request_intervals`` for some points; those that have theirs are skipped."""
+    once = [p for p in points if p.repeats == 1 and p.ids and not p.requests]
     found = samples.details([p.ids[0] for p in once], _INTERVAL_KEYS)
     for point in once:
         detail = found.get(point.ids[0]) or {}

@@ -74,6 +74,12 @@ class Entry:
         found = self.point.bottleneck if self.point is not None else None
         return found.as_dict() if found is not None else None
 
+    @property
+    def noise(self) -> pts.Uncertainty | None:
+        """The 95% interval of its output tok/s at that point: over its repeats, else over
+        the requests of its one repeat; None when neither was measured."""
+        return self.point.uncertainty("output_throughput") if self.point is not None else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
@@ -87,6 +93,7 @@ class Entry:
             "point": self.point.point_key if self.point is not None else None,
             "gpus_per_server": self.gpus,
             "output_throughput": self.throughput,
+            "output_throughput_interval": _interval(self.noise),
             "output_throughput_per_gpu": self.per_gpu,
             "output_throughput_per_user": self.per_user,
             "energy_per_output_token_j": self.value(_ENERGY),
@@ -122,6 +129,26 @@ class Ranking:
             "entries": [e.as_dict() for e in self.entries],
             "pareto": self.front,
         }
+
+
+def spread(noise: pts.Uncertainty | None) -> str:
+    """'±3.1%', 'unbounded', or '' when the noise was not measured."""
+    if noise is None:
+        return ""
+    return "unbounded" if noise.relative == float("inf") else f"±{noise.relative:.1%}"
+
+
+def _interval(noise: pts.Uncertainty | None) -> dict[str, Any] | None:
+    if noise is None:
+        return None
+    return {
+        "low": noise.low,
+        "high": noise.high,
+        "method": noise.method,
+        "repeats": noise.repeats,
+        "spread": spread(noise),
+        "text": noise.describe(),
+    }
 
 
 def _per(value: float | None, gpus: int) -> float | None:
@@ -164,6 +191,9 @@ def rank(
     entries = [
         _entry(spec, b, run_gpus, points.get(b.name, []), by_search, by_outcome) for b in served
     ]
+    # The noise of each ranked number (one query for those measured once; a page that
+    # already attached them pays nothing).
+    pts.attach_point_intervals([e.point for e in entries if e.point is not None])
     searched = spec.sla_search is not None and any(e.backend in by_search for e in entries)
     if searched:
         by = f"the highest load meeting {spec.sla_search.describe_slo()}, then output tok/s there"  # type: ignore[union-attr]
@@ -307,4 +337,27 @@ def _why(entries: list[Entry], searched: bool) -> str:
         vs += "."
     else:
         vs = f" The runner-up {second.backend}: {second.per_gpu or 0:.4g} per GPU."
-    return f"{head}{vs} {_limits(win, second)}"
+    tied = not searched or win.answer == second.answer
+    noise = f" {_settled(win, second)}" if tied else ""
+    return f"{head}{vs}{noise} {_limits(win, second)}"
+
+
+def _settled(win: Entry, second: Entry) -> str:
+    """Whether the throughput that puts the winner first is beyond noise: their 95%
+    intervals (per GPU where they use different GPU counts) apart, or overlapping."""
+    a, b = win.noise, second.noise
+    if a is None or b is None or not win.throughput or not second.throughput:
+        missing = ", ".join(e.backend for e, n in ((win, a), (second, b)) if n is None)
+        return (
+            f"Whether that gap is beyond noise is unknown: no interval for {missing} "
+            "(measure with repeats: 3 to know)."
+        )
+    scale_a = (win.per_gpu or win.throughput) / win.throughput
+    scale_b = (second.per_gpu or second.throughput) / second.throughput
+    both = f"{spread(a)} and {spread(b)}, 95%"
+    if a.low * scale_a > b.high * scale_b:
+        return f"The gap is beyond noise ({both})."
+    return (
+        f"The gap is within noise ({both}): which of the two is faster is not settled; "
+        "measure both again with more repeats (repeats: 3 or more) to separate them."
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from portal.benchmarks import ingestion
-from portal.benchmarks.ranking import Ranking, rank
+from portal.benchmarks.ranking import Ranking, rank, spread
 from portal.benchmarks.runview import LoadedRun
 from portal.web.figures.common import chart, figure, layout, style, trace
 
@@ -104,6 +104,8 @@ def section(view: LoadedRun) -> dict[str, Any] | None:
                 "answer": e.answer_text.split(" at ")[0] if e.answer is not None else "",
                 "point": e.point.short if e.point is not None else "",
                 "throughput": _cell(e.throughput, ranked=shown),
+                "noise": spread(e.noise) if shown else "",
+                "noise_text": e.noise.describe() if shown and e.noise else "",
                 "per_gpu": _cell(e.per_gpu, ranked=shown),
                 "per_user": _cell(e.per_user, ranked=shown),
                 "joules": _cell(e.value("energy_per_output_token_j"), ".3g", ranked=shown),

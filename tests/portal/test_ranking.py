@@ -91,3 +91,56 @@ def test_configurations_the_budget_did_not_start_leave_the_run_complete(
     found = documents.result_document(run)["ranking"]
     assert found["entries"][-1]["backend"] == "vllm-seqs8"
     assert found["entries"][-1]["reason"] == why and found["entries"][-1]["rank"] is None
+
+
+# Ten requests of 16 output tokens, alternately 0.2 s and 0.6 s: per-request rate 40 tok/s
+# over the whole, residuals 16 - 40 x latency = +-8, sample sd 8 x sqrt(10/9), standard
+# error 8 x sqrt(10/9) / (0.4 x sqrt(10)) = 20/3 tok/s, 1/6 of the rate; the 95%
+# request-level interval of a throughput is therefore +-1.95996/6 = +-32.666% of it.
+SPREAD = 1.959964 / 6
+
+
+def _two_configs(make_run, spec_dict, measurement, second: float):
+    """max_num_seqs 4 and 8, no SLA search: ranked by output tok/s per server at their best
+    load point, each measured once with its requests' samples (100 and ``second`` tok/s)."""
+    spec = spec_dict(sweeps=[{"name": "concurrency", "axis": "max_concurrency", "values": [4]}])
+    spec["backends"] = [{"kind": "vllm"}]
+    spec["config_search"] = {"grid": {"max_num_seqs": [4, 8]}}
+    run = make_run(spec=spec, status="running")
+    detail = {
+        "ttfts": [0.05] * 10,
+        "latencies": [0.2, 0.6] * 5,
+        "output_lens": [16] * 10,
+        "input_lens": [64] * 10,
+        "errors": [""] * 10,
+    }
+    for name, tput in (("vllm-seqs4", 100.0), ("vllm-seqs8", second)):
+        b = measurement(name, "concurrency:max_concurrency=4", detail=dict(detail))
+        b["point"]["num_prompts"] = 10
+        b["metrics"]["output_throughput"] = tput
+        ingestion.ingest_measurement(run, rr.Measurement.model_validate(b))
+    run.status = "succeeded"
+    view = runview.load(run)
+    return ranking.rank(view, [], ingestion.config_outcomes(run, view.spec, []))
+
+
+def test_each_ranked_throughput_carries_its_noise_and_the_why_says_if_the_order_is_settled(
+    make_run, spec_dict, measurement
+):
+    close = _two_configs(make_run, spec_dict, measurement, second=90.0)
+    win, second = close.entries
+    assert (win.backend, second.backend) == ("vllm-seqs4", "vllm-seqs8")
+    assert win.noise.low == pytest.approx(100 * (1 - SPREAD), rel=1e-4)
+    assert win.noise.high == pytest.approx(100 * (1 + SPREAD), rel=1e-4)
+    row = win.as_dict()["output_throughput_interval"]
+    assert row["spread"] == "±32.7%" and row["method"] == "request-level"
+    assert row["text"] == "±32.7% (95% request-level interval, 10 requests, 1 repeat)"
+    # 100 against 90, each +-32.7%: the intervals overlap, so the order is not settled.
+    assert "The gap is within noise (±32.7% and ±32.7%, 95%)" in close.why
+    assert "repeats: 3 or more" in close.why
+    text = "\n".join(render.ranking_lines({"ranking": close.as_dict()}))
+    assert "100 ±32.7%" in text
+
+    # 100 (67.3-132.7) against 40 (26.9-53.1): apart.
+    apart = _two_configs(make_run, spec_dict, measurement, second=40.0)
+    assert "The gap is beyond noise (±32.7% and ±32.7%, 95%)." in apart.why
