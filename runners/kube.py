@@ -327,6 +327,9 @@ class PodServer(VLLMServer):
         self.name = pod_name(owner["name"], backend.name)
         self.pod_ip: str | None = None
         self.node: str | None = None
+        self.version: str | None = None  # the vLLM version it reports (GET /version)
+        (container,) = template["spec"]["containers"]
+        self.image: str = backend.image or str(container.get("image") or "")
         self._gone: str | None = None  # how it ended, once known
 
     @property
@@ -360,6 +363,8 @@ class PodServer(VLLMServer):
             }
         ]
         (container,) = pod["spec"]["containers"]
+        if self.backend.image:  # this configuration's own image (another vLLM version)
+            container["image"] = self.backend.image
         container["command"] = self.argv()
         container["ports"] = [{"name": "http", "containerPort": self.port}]
         env = container.setdefault("env", [])
@@ -418,6 +423,7 @@ class PodServer(VLLMServer):
         while True:
             try:
                 if session.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    self.version = self._served_version(session)
                     return
             except requests.RequestException:
                 pass
@@ -430,6 +436,16 @@ class PodServer(VLLMServer):
                     "(raise it for large models)"
                 )
             time.sleep(POLL_S)
+
+    def _served_version(self, session: requests.Session) -> str | None:
+        """The vLLM version the server reports (``GET /version``): with an image of its
+        own it is not the runner's."""
+        try:
+            answer = session.get(f"{self.base_url}/version", timeout=5)
+            version = answer.json().get("version") if answer.status_code == 200 else None
+        except (requests.RequestException, ValueError, AttributeError):
+            return None
+        return str(version)[:64] if version else None
 
     @property
     def pid(self) -> int | None:
@@ -492,6 +508,8 @@ class PodServer(VLLMServer):
             "server_pod": self.name,
             "server_node": self.node,
             "server_pod_ip": self.pod_ip,
+            "server_image": self.image,
+            "server_vllm_version": self.version,
             "core_split": f"the server in Pod {self.name} on node {self.node or 'unknown'}; "
             "the client on the runner Pod's cores",
         }
@@ -506,6 +524,13 @@ def server_for(spec: Spec, backend: VLLMBackend, log_path: Path) -> VLLMServer:
     local ``VLLMServer`` (a child of the runner)."""
     template = template_from_env()
     if template is None:
+        if backend.image:
+            raise ServerError(
+                f"backend {backend.name!r} names an image ({backend.image}), which only a "
+                "server in a Pod of its own can run (the Kubernetes executor with "
+                "SERVEBENCH_K8S_SERVER_PLACEMENT=separate); here the server is the runner's "
+                "child, in the runner's own image: remove image, or submit to such a portal"
+            )
         return VLLMServer(spec, backend, log_path)
     name, uid = os.environ.get("SERVEBENCH_POD_NAME"), os.environ.get("SERVEBENCH_POD_UID")
     if not name or not uid:

@@ -116,8 +116,30 @@ def image_allowed(image: str) -> bool:
     )
 
 
+SEPARATE, SAME_POD = "separate", "same-pod"
+
+
+def server_placement(spec: dict[str, Any], setting: str) -> tuple[str, str]:
+    """Where a run's vLLM servers go on Kubernetes: (``separate`` or ``same-pod``, why).
+    Separate where the setting (SERVEBENCH_K8S_SERVER_PLACEMENT) asks for it and every
+    model the runner loads is a vLLM server's. An HF baseline or ``transformers serve``
+    runs inside the runner, so such a run keeps its GPUs, and its servers, in the
+    runner's Pod; a run of endpoints only starts no server at all."""
+    if setting != SEPARATE:
+        return SAME_POD, f"SERVEBENCH_K8S_SERVER_PLACEMENT={setting}"
+    kinds = {str(b.get("kind")) for b in spec.get("backends") or [] if isinstance(b, dict)}
+    if "vllm" not in kinds:
+        return SAME_POD, "no vLLM server to start"
+    inside = sorted(kinds - {"vllm", "endpoint"})
+    if inside:
+        return SAME_POD, f"{', '.join(inside)} runs inside the runner, on its GPUs"
+    return SEPARATE, "each vLLM server in a Pod of its own, with the GPUs"
+
+
 def check_image(spec: rs.Spec) -> None:
-    """SpecError naming resources.image when the spec picks an image not allowed here."""
+    """SpecError naming resources.image when the spec picks an image not allowed here, or
+    ``backends.N.image`` when a vLLM server's own image is not allowed, or cannot run here
+    (it needs the Kubernetes executor with that server in a Pod of its own)."""
     image = spec.resources.image
     if image and not image_allowed(image):
         raise _error(
@@ -125,6 +147,35 @@ def check_image(spec: rs.Spec) -> None:
             f"image {image!r} is not allowed on this portal; leave it out to use the default "
             "runner image, or ask an admin to add it to SERVEBENCH_ALLOWED_RUNNER_IMAGES",
         )
+    for i, backend in enumerate(spec.backends):
+        if not isinstance(backend, rs.VLLMBackend) or not backend.image:
+            continue
+        field, who = f"backends.{i}.image", f"backend {backend.name!r}"
+        if not image_allowed(backend.image):
+            raise _error(
+                field,
+                f"{who}: image {backend.image!r} is not allowed on this portal; ask an admin "
+                "to add it to SERVEBENCH_ALLOWED_RUNNER_IMAGES, or remove image to use the "
+                "runner image",
+            )
+        if settings.SERVEBENCH_EXECUTOR != "kubernetes":
+            raise _error(
+                field,
+                f"{who} names an image, which only a server in a Pod of its own can run; "
+                "this portal runs benchmarks as local processes (SERVEBENCH_EXECUTOR="
+                f"{settings.SERVEBENCH_EXECUTOR}): remove image, or submit to a portal "
+                "with the Kubernetes executor",
+            )
+        where, why = server_placement(
+            spec.model_dump(mode="json"), settings.SERVEBENCH_K8S_SERVER_PLACEMENT
+        )
+        if where != SEPARATE:
+            raise _error(
+                field,
+                f"{who} names an image, which only a server in a Pod of its own can run, "
+                f"but this run keeps its servers in the runner's Pod ({why}): remove image, "
+                "or the backends that run inside the runner",
+            )
 
 
 def check(spec: rs.Spec, user: Any) -> None:

@@ -72,7 +72,8 @@ from typing import Any
 from django.conf import settings
 from kubernetes import client
 
-from portal.benchmarks.policy import admin_choice
+from portal.benchmarks.policy import SEPARATE, admin_choice
+from portal.benchmarks.policy import server_placement as server_placement_rule
 from portal.dispatch.executors.base import ExecutorError
 from runners import spec as rs
 from runners.spec.resources import format_bytes, quantity_bytes
@@ -89,7 +90,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NAME_PREFIX = "servebench-run-"
 # Where a run's vLLM servers run (SERVEBENCH_K8S_SERVER_PLACEMENT): each in a Pod of its
 # own with the GPUs, apart from the runner (the load generator), or in the runner's Pod.
-SEPARATE, SAME_POD = "separate", "same-pod"
 PLACEMENT_ANNOTATION = "servebench.dev/server-placement"
 SERVER_POD_ENV = "SERVEBENCH_SERVER_POD"  # runners.kube.POD_ENV
 SERVER_CONTAINER = "server"  # runners.kube.CONTAINER
@@ -322,19 +322,9 @@ def endpoint_backends(spec: dict[str, Any]) -> list[rs.EndpointBackend]:
 
 
 def server_placement(spec: dict[str, Any], cfg: RunnerConfig) -> tuple[str, str]:
-    """(``separate`` or ``same-pod``, why): separate where the setting asks for it and
-    every model the runner loads is a vLLM server's. An HF baseline or ``transformers
-    serve`` runs inside the runner, so such a run keeps its GPUs, and its servers, in the
-    runner's Pod; a run of endpoints only starts no server at all."""
-    if cfg.server_placement != SEPARATE:
-        return SAME_POD, f"SERVEBENCH_K8S_SERVER_PLACEMENT={cfg.server_placement}"
-    kinds = {str(b.get("kind")) for b in spec.get("backends") or [] if isinstance(b, dict)}
-    if "vllm" not in kinds:
-        return SAME_POD, "no vLLM server to start"
-    inside = sorted(kinds - {"vllm", "endpoint"})
-    if inside:
-        return SAME_POD, f"{', '.join(inside)} runs inside the runner, on its GPUs"
-    return SEPARATE, "each vLLM server in a Pod of its own, with the GPUs"
+    """(``separate`` or ``same-pod``, why) for this run under ``cfg``
+    (``policy.server_placement``: the rule, which intake checks images against too)."""
+    return server_placement_rule(spec, cfg.server_placement)
 
 
 def build_job(

@@ -225,6 +225,11 @@ def _part(field: str, value: Any) -> str:
         if isinstance(value, dict):
             return f"spec-{_word(value.get('method') or 'on')}"
         return "spec"
+    if field == "image" and isinstance(value, str):
+        # The tag (or the digest's start) tells images apart: img-v0.11.0, img-sha256-ab12.
+        name, _, digest = value.partition("@")
+        tag = name.rsplit("/", 1)[-1].rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else ""
+        return f"img-{_word(digest[:19] if digest else tag or name.rsplit('/', 1)[-1])}"
     if isinstance(value, int | float):
         return f"{short}{value:g}"
     return f"{short}-{_word(value)}"

@@ -124,8 +124,19 @@ def test_a_run_keeps_its_server_in_the_runner_pod_where_it_must_or_is_told(backe
 # --------------------------------------------------------------------------- real API server
 
 
+SERVED_VERSION = "0.33.1"  # what the stand-in says it is (GET /version)
+
+
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path == "/version":
+            body = json.dumps({"version": SERVED_VERSION}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
 
@@ -184,14 +195,21 @@ def runner_pod(kube_api: Any, runner_namespace: str, request: Any) -> Iterator[A
 
 
 def server_for(
-    cp: ControlPlane, runner_pod: Any, tmp_path: Path, port: int, timeout_s: int = 30
+    cp: ControlPlane,
+    runner_pod: Any,
+    tmp_path: Path,
+    port: int,
+    timeout_s: int = 30,
+    image: str | None = None,
 ) -> kube.PodServer:
     """The runner's PodServer, as its Pod would make it: the runner's token, the portal's
     template, the runner Pod as owner; its port the health stand-in's."""
     (container,) = runner_pod.spec.containers
     template = json.loads(next(e.value for e in container.env if e.name == kube.POD_ENV))
     spec = parse_spec(vllm_spec())
-    backend = spec.vllm_backends[0].model_copy(update={"startup_timeout_s": timeout_s})
+    backend = spec.vllm_backends[0].model_copy(
+        update={"startup_timeout_s": timeout_s, "image": image}
+    )
     api = kube.KubeAPI(cp.server, cp.tokens["runner"], RUNNER_NAMESPACE, str(cp.ca))
     owner = {"name": runner_pod.metadata.name, "uid": runner_pod.metadata.uid}
     server = kube.PodServer(spec, backend, tmp_path / "server.log", api, template, owner)
@@ -236,7 +254,8 @@ def test_the_runner_creates_its_server_pod_reaches_it_and_deletes_it(
     control_plane, kube_api, runner_pod, health, tmp_path
 ):
     core = client.CoreV1Api(kube_api)
-    server = server_for(control_plane, runner_pod, tmp_path, health)
+    newer = "registry.example.com/servebench-runner:vllm-0.33"  # this configuration's own
+    server = server_for(control_plane, runner_pod, tmp_path, health, image=newer)
     thread, errors = start_in_thread(server)
     pod = created(core, server.name, errors)
     # What the runner made of the template: owned by its Pod, its command, no token.
@@ -250,6 +269,7 @@ def test_the_runner_creates_its_server_pod_reaches_it_and_deletes_it(
     assert pod.metadata.labels["servebench.dev/backend"] == "seqs4"
     assert pod.metadata.labels["app.kubernetes.io/component"] == "server"
     (container,) = pod.spec.containers
+    assert container.image == newer  # the template's (the runner's) image replaced
     assert container.command[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--max-num-seqs" in container.command and "0.0.0.0" in container.command  # noqa: S104
     assert container.resources.limits == {"memory": "48Gi", "nvidia.com/gpu": "2"}
@@ -266,6 +286,8 @@ def test_the_runner_creates_its_server_pod_reaches_it_and_deletes_it(
     assert server.alive and server.base_url == f"http://127.0.0.1:{health}"
     placed = server.placement()
     assert placed["server_pod"] == server.name and placed["server_pod_ip"] == "127.0.0.1"
+    # Which image it ran and the vLLM version the server itself reported.
+    assert (placed["server_image"], placed["server_vllm_version"]) == (newer, SERVED_VERSION)
 
     server.stop()
     assert gone(core, server.name) and not server.alive
@@ -424,6 +446,10 @@ def test_without_a_pod_template_the_server_is_the_runners_child(tmp_path, monkey
     spec = parse_spec(vllm_spec())
     server = kube.server_for(spec, spec.vllm_backends[0], tmp_path / "s.log")
     assert type(server).__name__ == "VLLMServer"
+    # A configuration with an image of its own cannot be the runner's child.
+    imaged = spec.vllm_backends[0].model_copy(update={"image": "r.example.com/runner:vllm-1"})
+    with pytest.raises(ServerError, match=r"names an image .* only a server in a Pod of its own"):
+        kube.server_for(spec, imaged, tmp_path / "s.log")
 
 
 @pytest.mark.parametrize(

@@ -233,3 +233,24 @@ def test_the_budget_stops_the_next_configuration_and_the_outcome_says_why():
     assert outcome["overrides"] == {"max_num_seqs": 8}
     # One sweep point (no sweep) + the search's 6 points.
     assert cs.planned_measurements(spec, "vllm-seqs8") == 1 + 6
+
+
+def test_a_search_over_images_names_each_configuration_by_its_tag_or_digest():
+    """Judging a vLLM version: one configuration per image (each server in a Pod of its
+    own on Kubernetes), named by the tag or the digest's start."""
+    images = [
+        "registry.example.com/servebench-runner:vllm-0.32.0",
+        "registry.example.com/servebench-runner:vllm-0.33.1",
+        "registry.example.com/servebench-runner@sha256:abcdef0123456789abcdef",
+    ]
+    spec = spec_with({"grid": {"image": images}})
+    assert spec.config_names == [
+        "vllm-img-vllm-0.32.0",
+        "vllm-img-vllm-0.33.1",
+        "vllm-img-sha256-abcdef012345",
+    ]
+    assert [b.image for b in spec.config_backends] == images
+    # An image is one argv-free string like resources.image: no shell in it.
+    with pytest.raises(SpecError) as info:
+        spec_with({"grid": {"image": [images[0], "x; rm -rf /"]}})
+    assert "image" in info.value.errors[0]["message"]

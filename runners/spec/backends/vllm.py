@@ -181,6 +181,7 @@ _ADDED_VLLM_DEFAULTS: dict[str, Any] = {
     "lora_adapters": [],
     "max_lora_rank": None,
     "lora_assignment": "random",
+    "image": None,
 }
 # What a server is started with does not depend on these (one server serves both APIs).
 _REQUEST_ONLY_FIELDS = ("api", "lora_assignment")
@@ -235,6 +236,20 @@ class VLLMBackend(NamedBackend):
         ),
     )
     startup_timeout_s: int = Field(900, ge=10, le=7200)
+    image: str | None = Field(
+        None,
+        description=(
+            "The image this server runs in, on Kubernetes with each server in a Pod of its "
+            "own: another vLLM version or build to compare (a configuration search over "
+            "image). Null: the run's runner image. A local run refuses it; a portal "
+            "accepts the images its admin allows."
+        ),
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else _safe(v, "image")
 
     @field_validator("quantization")
     @classmethod
