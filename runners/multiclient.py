@@ -51,10 +51,19 @@ def shares(total: int, n: int) -> list[int]:
     return [total // n + (1 if i < total % n else 0) for i in range(n)]
 
 
+def with_clients(spec: Spec, clients: int | str) -> Spec:
+    """``spec`` with ``workload.clients`` set (``auto`` replaced by the probe's count)."""
+    return spec.model_copy(
+        update={"workload": spec.workload.model_copy(update={"clients": clients})}
+    )
+
+
 def clients_for(spec: Spec, point: Point) -> int:
     """How many clients this point gets: the spec's, fewer when a point (an SLA search's)
-    has fewer prompts or, without a rate, fewer requests in flight than that."""
-    n = min(spec.workload.clients, point.num_prompts)
+    has fewer prompts or, without a rate, fewer requests in flight than that. ``auto``
+    before the runner's probe resolved it (``runners.clientprobe``): one."""
+    want = spec.workload.clients
+    n = min(want if isinstance(want, int) else 1, point.num_prompts)
     if point.request_rate is None:
         n = min(n, point.max_concurrency)
     return max(n, 1)

@@ -35,7 +35,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, kube, nvml, placement, procs, sla
+from runners import __version__, causes, clientprobe, kube, nvml, placement, procs, sla
 from runners import conditions as cond
 from runners import configsearch as cs
 from runners import endpoint as ep
@@ -44,6 +44,7 @@ from runners import telemetry as tm
 from runners.document import DocumentWriter
 from runners.environment import capture
 from runners.fingerprint import fingerprint
+from runners.multiclient import with_clients
 from runners.progress import Progress
 from runners.report import NoReporter, Reporter, ReportError, ReportRejected, RunCancelled
 from runners.result import Event, Measurement, PointInfo, ResultDocument, utcnow
@@ -117,6 +118,7 @@ class Runner:
         self.total = spec.total_measurements()
         self.unstored: list[str] = []  # measurements the portal refused to store
         self._configs_t0: float | None = None  # when the first configuration began
+        self._clients: dict[str, int] = {}  # workload.clients: auto, as probed per backend
         self._t0 = time.monotonic()
         self.document = ResultDocument(
             runner_version=__version__,
@@ -323,13 +325,16 @@ class Runner:
 
     def _served_points(self, server: LocalServer, backends: list[Any], points: list[Point]) -> None:
         """Every point and repeat of ``backends`` against ``server``, then their SLA search."""
+        for backend in backends:
+            if server.alive:
+                self._probe_clients(server, backend, self._client_cores(server))
         for repeat in range(self.spec.repeats):
             for backend in backends:
                 for point in points:
                     if server.alive:
                         m = measure_point(
                             server,
-                            self.spec,
+                            self._spec_for(backend),
                             backend,
                             point,
                             repeat,
@@ -348,6 +353,61 @@ class Runner:
                     self._record(self._placed(m, server))
         for backend in self._searched(backends):
             self._search(server, backend)
+
+    def _spec_for(self, backend: Any) -> Spec:
+        """The spec a backend's points are measured with: ``workload.clients: auto``
+        replaced by the count its probe chose (``runners.clientprobe``)."""
+        if self.spec.workload.clients != "auto":
+            return self.spec
+        return with_clients(self.spec, self._clients.get(backend.name, 1))
+
+    def _probe_clients(
+        self, target: Target, backend: Any, client_cores: tuple[int, ...] | None
+    ) -> None:
+        """With ``workload.clients: auto``: probe how many load generators ``backend``
+        needs at its heaviest point; the count, what each try achieved and why, in the
+        run's environment (``load_generators``, sent again) and the progress."""
+        if self.spec.workload.clients != "auto" or backend.name in self._clients:
+            return
+        point = clientprobe.probe_point(clientprobe.heaviest(self.spec))
+        cores = len(client_cores) if client_cores else len(self.cores.ids)
+        cap = clientprobe.limit(point, cores)
+        workdir = self.workdir / "clients-probe"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.progress.say(
+            f"load generators for {backend.name}: probing 1 to {cap} clients at {point.key} "
+            f"({point.num_prompts} prompts each)"
+        )
+
+        def measure(n: int) -> Measurement:
+            spec = with_clients(self.spec, n)
+            m = measure_point(
+                target,
+                spec,
+                backend,
+                point,
+                n,
+                workdir,
+                cores=self.cores,
+                client_cores=client_cores,
+            )
+            rate = (m.metrics or {}).get("request_throughput")
+            said = f"{rate:.4g} req/s" if m.status == "succeeded" and rate else "failed"
+            self.progress.say(f"load generators for {backend.name}: {n} -> {said}")
+            return m
+
+        probe = clientprobe.run(backend.name, point, cap, measure)
+        self._clients[backend.name] = probe.chosen
+        self.progress.say(f"load generators for {backend.name}: {probe.why}")
+        found = self.document.environment.setdefault(
+            "load_generators", {"clients": "auto", "backends": {}}
+        )
+        found["backends"][backend.name] = probe.as_dict()
+        self.writer.write(self.document)
+        env, fp = self.document.environment, self.document.fingerprint
+        self._report(
+            lambda: self.reporter.event(Event(type="environment", environment=env, fingerprint=fp))
+        )
 
     def _client_cores(self, server: LocalServer) -> tuple[int, ...] | None:
         """The load generators' cores when this server has cores of its own."""
@@ -377,11 +437,18 @@ class Runner:
             self.workdir / f"endpoint-{backend.name}.log",
         )
         self.progress.say(f"endpoint {backend.name}: {backend.base_url} ({backend.api})")
+        self._probe_clients(target, backend, None)
         for repeat in range(self.spec.repeats):
             for point in self.spec.points():
                 self._record(
                     measure_point(
-                        target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
+                        target,
+                        self._spec_for(backend),
+                        backend,
+                        point,
+                        repeat,
+                        self.workdir,
+                        cores=self.cores,
                     )
                 )
         if backend in self._searched([backend]):
@@ -442,7 +509,13 @@ class Runner:
                 self.progress.say(f"SLA search on {backend.name}: {point.key} again")
             if isinstance(target, ep.Endpoint) or target.alive:
                 m = measure_point(
-                    target, self.spec, backend, point, repeat, self.workdir, cores=self.cores
+                    target,
+                    self._spec_for(backend),
+                    backend,
+                    point,
+                    repeat,
+                    self.workdir,
+                    cores=self.cores,
                 )
             else:
                 assert isinstance(target, LocalServer)

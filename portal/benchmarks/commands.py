@@ -34,11 +34,14 @@ _WILD = {
 }
 
 
-def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
+def implied(
+    spec: rs.Spec, backend_name: str, point_key: str, clients: int | None = None
+) -> dict[str, str]:
     """The commands the spec implies for one measurement: {'serve', 'bench'} for a vLLM
     backend or transformers serve, {'bench'} for an endpoint (nothing is served), {'hf'}
     for an HF baseline; {} when the spec has no such backend or point (an SLA search's
-    points included)."""
+    points included). ``clients``: the load generators the runner's probe chose where the
+    spec says ``workload.clients: auto``."""
     backend = next((b for b in spec.backends if b.name == backend_name), None)
     if isinstance(backend, rs.HFBackend):
         if point_key != "baseline":
@@ -56,6 +59,8 @@ def implied(spec: rs.Spec, backend_name: str, point_key: str) -> dict[str, str]:
     if point is None:
         return {}
     # One result file per load generator (workload.clients), all matched by placeholders.
+    if spec.workload.clients == "auto" and clients:
+        spec = multiclient.with_clients(spec, clients)
     results = [Path(_DIR) / _FILE] * multiclient.clients_for(spec, point)
     if isinstance(backend, rs.EndpointBackend):
         return {"bench": bench_script(spec, point, backend.base_url, results, backend)}
@@ -96,7 +101,9 @@ def shown(spec: rs.Spec, backend: str, point_key: str, reported: dict[str, str])
     """What the page shows for one measurement: ``commands`` (kind -> command, the
     runner's where it matches the spec, else the implied one) and ``replaced`` (the kinds
     whose reported command did not match)."""
-    expected = implied(spec, backend, point_key)
+    # With ``clients: auto`` the count is the probe's: the bench clients the runner ran.
+    clients = str(reported.get("bench") or "").count("vllm bench serve") or None
+    expected = implied(spec, backend, point_key, clients)
     out: dict[str, str] = {}
     replaced: list[str] = []
     for kind, command in expected.items():

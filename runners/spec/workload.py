@@ -6,7 +6,7 @@ input_len meaningless, and under a request rate the client's concurrency is unli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -125,17 +125,31 @@ class Workload(Strict):
     sessions: Sessions | None = Field(
         None, description="Multi-turn conversations instead of single requests."
     )
-    clients: int = Field(
+    clients: Annotated[int, Field(ge=1, le=MAX_CLIENTS)] | Literal["auto"] = Field(
         1,
-        ge=1,
-        le=MAX_CLIENTS,
         description=(
             "Load generators per point: that many bench client processes, each sending "
             "its share of the prompts, the concurrency and the request rate to the same "
             "server, started together; their per-request samples are merged exactly "
-            "(docs/specs.md#many-load-generators)."
+            "(docs/specs.md#many-load-generators). 'auto': a short probe at each served "
+            "backend's heaviest point raises the count from 1 while the achieved rate "
+            "still grows, and every point uses the count it found."
         ),
     )
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _clients(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if v == "auto" or (
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_CLIENTS
+        ):
+            return v
+        raise ValueError(
+            f"must be a whole number of load generators from 1 to {MAX_CLIENTS}, or 'auto' "
+            f"(a short probe chooses), not {v!r}"
+        )
 
     @field_validator("dataset_path")
     @classmethod
@@ -263,6 +277,7 @@ def check_clients(spec: Spec) -> None:
     n = w.clients
     if n == 1:
         return
+    what = "workload.clients: auto" if n == "auto" else "workload.clients"
     why = None
     if w.trace is not None or w.sessions is not None:
         why = "a trace or sessions are replayed by one traffic client"
@@ -271,7 +286,11 @@ def check_clients(spec: Spec) -> None:
     elif w.ramp_up is not None:
         why = "a ramp-up's integer start and end rates cannot be split between clients"
     if why:
-        raise FieldError("workload.clients", f"workload.clients must be 1 here: {why}; remove it")
+        raise FieldError(
+            "workload.clients", f"{what} cannot be used here (one client only): {why}; remove it"
+        )
+    if n == "auto":
+        return  # the probe stays within each point's prompts and requests in flight
     for point in spec.points():
         if point.num_prompts < n:
             raise FieldError(

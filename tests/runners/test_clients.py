@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from portal.benchmarks import commands
+from runners import clientprobe
 from runners import multiclient as mc
 from runners.spec import parse_spec
 from runners.vllm_bench import bench_script
@@ -52,3 +53,59 @@ def test_the_run_page_shows_the_commands_the_clients_ran():
     shown = commands.shown(spec, "vllm", point.key, {"bench": reported})
     assert shown == {"commands": {"serve": shown["commands"]["serve"], "bench": reported},
                      "replaced": []}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- clients: auto
+
+
+def test_auto_probes_at_the_heaviest_point_within_its_cores_and_prompts():
+    spec = parse_spec(
+        {
+            "model": {"id": "m", "max_model_len": 512},
+            "workload": {"input_len": 64, "output_len": 16, "num_prompts": 600, "clients": "auto"},
+            "sweeps": [{"name": "c", "axis": "max_concurrency", "values": [2, 64, 16]}],
+            "backends": [{"kind": "vllm"}],
+        }
+    )
+    point = clientprobe.probe_point(clientprobe.heaviest(spec))
+    # The heaviest point, its prompts capped at four rounds of its concurrency (256).
+    assert (point.key, point.max_concurrency, point.num_prompts) == (
+        "clients-probe:max_concurrency=64",
+        64,
+        256,
+    )
+    assert clientprobe.limit(point, cores=3) == 3  # a client per core at most
+    assert clientprobe.limit(point, cores=32) == clientprobe.MAX_AUTO
+    light = point.model_copy(update={"max_concurrency": 2})
+    assert clientprobe.limit(light, cores=8) == 2  # one request in flight each at least
+    # Before the probe (and in the portal's implied commands without one): one client.
+    assert mc.clients_for(spec, point) == 1
+
+
+def test_auto_keeps_adding_clients_while_the_rate_grows_by_a_tenth():
+    def tried(*rates):
+        return [{"clients": i + 1, "request_throughput": r} for i, r in enumerate(rates)]
+
+    # 100 -> 150 (+50%) -> 160 (+7%, below 10%): two clients.
+    n, why = clientprobe.choose(tried(100.0, 150.0, 160.0), at_limit=False)
+    assert n == 2
+    assert why == (
+        "1 client 100 req/s, 2 clients 150 req/s (+50%), 3 clients 160 req/s (+7%); "
+        "3 clients added less than 10%: 2 clients."
+    )
+    # Growth measured against the best so far, not the previous try.
+    assert clientprobe.choose(tried(100.0, 90.0), at_limit=False)[0] == 1
+    n, why = clientprobe.choose(tried(100.0, 200.0), at_limit=True)
+    assert n == 2 and "2 clients is the most this point and these cores allow" in why
+    failed = [*tried(100.0), {"clients": 2, "request_throughput": None, "error": "boom"}]
+    n, why = clientprobe.choose(failed, at_limit=False)
+    assert n == 1 and "2 clients failed (boom)" in why
+
+
+def test_the_run_page_shows_the_commands_of_the_clients_auto_chose():
+    spec = spec_with(clients="auto")
+    point = spec.points()[0]
+    ran = [Path(f"/work/run/vllm-single-r0.c{i}.json") for i in range(2)]
+    reported = bench_script(mc.with_clients(spec, 2), point, "http://127.0.0.1:41234", ran)
+    shown = commands.shown(spec, "vllm", point.key, {"bench": reported})
+    assert shown["replaced"] == [] and shown["commands"]["bench"] == reported

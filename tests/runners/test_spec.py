@@ -198,7 +198,13 @@ BAD_SPECS = [
         "workload.clients",
         "every client would send the file's same first prompts",
     ),
-    ({"model": M, "workload": {"clients": 65}}, "workload.clients", "less than or equal to 64"),
+    ({"model": M, "workload": {"clients": 65}}, "workload.clients", "from 1 to 64, or 'auto'"),
+    ({"model": M, "workload": {"clients": "many"}}, "workload.clients", "not 'many'"),
+    (
+        {"model": M, "workload": {"clients": "auto", "ramp_up": {"start_rps": 1, "end_rps": 4}}},
+        "workload.clients",
+        "workload.clients: auto cannot be used here (one client only): a ramp-up's",
+    ),
 ]
 
 

@@ -23,9 +23,10 @@ import psutil
 import pytest
 from shared_servers import shared_vllm_spec
 
-from runners import clientmerge, procs
+from runners import clientmerge, clientprobe, procs
 from runners.bottleneck import diagnose
 from runners.conditions import format_cpu_list
+from runners.multiclient import with_clients
 from runners.result import METRIC_KEYS, ResultDocument
 from runners.runner import ExitCode, Runner
 from runners.spec import Point, parse_spec
@@ -254,6 +255,31 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
     assert m.commands["bench"].count("vllm bench serve") == 3
 
 
+def test_clients_auto_probes_the_server_and_keeps_the_count_that_still_raised_the_rate(cached):
+    spec, backend, server, workdir = cached
+    auto = with_clients(spec, "auto")
+    point = clientprobe.probe_point(clientprobe.heaviest(auto))
+    assert (point.key, point.num_prompts) == ("clients-probe:max_concurrency=4", 16)
+    probes = workdir / "clients-probe"
+    probes.mkdir()
+    measured = []
+
+    def measure(n: int):
+        m = measure_point(server, with_clients(auto, n), backend, point, n, probes)
+        measured.append(m)
+        return m
+
+    probe = clientprobe.run("vllm", point, 2, measure)
+    assert [m.status for m in measured] == ["succeeded", "succeeded"], measured[-1].error
+    assert [len(m.conditions["clients"]) for m in measured] == [1, 2]
+    rates = [m.metrics["request_throughput"] for m in measured]
+    assert [t["request_throughput"] for t in probe.tried] == rates
+    # Two clients are kept only where they raised the achieved rate by a tenth or more.
+    assert probe.chosen == (2 if rates[1] >= 1.1 * rates[0] else 1), probe.why
+    assert probe.why.startswith(f"1 client {rates[0]:.4g} req/s, 2 clients {rates[1]:.4g} req/s")
+    assert probe.as_dict()["point"] == "clients-probe:max_concurrency=4"
+
+
 def _starve_client_when_timed(log: Path, core: int, done: threading.Event) -> list:
     """Once the bench client starts its timed requests, hold it to a small share of one
     core: its threads pinned to ``core`` beside a busy competitor there, and its session's
@@ -376,6 +402,8 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
     spec = spec_for(
         tiny_model, backends=[{"kind": "hf-sequential", "num_prompts": 2}, {"kind": "vllm"}]
     )
+    # clients: auto with one core for the clients: one client, no probe, and it says so.
+    spec = with_clients(spec, "auto")
     # This machine's cores are too few for the automatic split: name the server's core.
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpus = str(cpus[0]), format_cpu_list(cpus[1:])
@@ -437,6 +465,12 @@ def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
         ("vllm", "concurrency:max_concurrency=4", 0),
     ]
     assert portal.events()[-1]["type"] == "finished"
+    probe = document.environment["load_generators"]["backends"]["vllm"]
+    assert (probe["chosen"], probe["limit"], probe["tried"]) == (1, 1, [])
+    assert "one core for the clients" in probe["why"] and "no probe" in probe["why"]
+    sent = [e["environment"] for e in portal.events() if e["type"] == "environment"]
+    assert sent[-1]["load_generators"] == document.environment["load_generators"]
+    assert all(len(m.conditions["clients"]) == 1 for m in (c1, c4))
 
 
 @pytest.mark.parametrize(
