@@ -396,7 +396,12 @@ def test_a_flag_change_that_slows_the_server_fails_the_gate_naming_the_flag(real
     assert f"base       {base_id}" in flag.out  # latest:main: main's run of this measurement
     (changed,) = [line for line in flag.out.splitlines() if line.startswith("what changed")]
     assert "vllm.max_num_seqs: default → 1" in changed, flag.explain()
-    assert "WORSE vllm concurrency:max_concurrency=4 output_throughput" in flag.out
+    # One sequence at a time under a load of 4: requests queue behind it. Which metric
+    # shows it beyond the noise depends on the machine (on a quiet one output tok/s drops
+    # by half; with the CPUs busy the queueing shows in TTFT while throughput is CPU-bound
+    # either way): a regression at that load, whichever metric it is.
+    worse = [line for line in flag.out.splitlines() if line.strip().startswith("WORSE")]
+    assert any("vllm concurrency:max_concurrency=4 " in line for line in worse), flag.explain()
     summary = (real_runs.workdir / "flag.md").read_text()
     assert summary.startswith("### 🔴") and "vllm.max_num_seqs: default → 1" in summary
     # The same verdict offline, from the runner's result documents alone.
