@@ -1,15 +1,18 @@
 """A configuration search on the tiny model, for real: three vLLM servers (max_num_seqs 4,
-1, 16) one after another, vLLM's bench client, an SLA search on concurrency within p99
-TTFT <= 600 ms, and early dropping.
+1, 16) one after another, vLLM's bench client, an SLA search on concurrency within median
+TTFT <= 400 ms, and early dropping.
 
 Why the SLO splits them: at concurrency 4 a server that runs one sequence at a time
 queues three requests behind one that decodes 128 tokens (~0.4 s on these shared CPUs),
-so its p99 TTFT is over a second, while a server that batches four starts each within a
-step or two (measured with 32 tokens under a load average of 15: max_num_seqs 1 at
-329-421 ms, 4 and 16 at 52-313 ms). max_num_seqs 4 leads (the whole range, concurrency 1
-to 4, meets the SLO); max_num_seqs 1 is measured first at the leader's answer, misses
-there twice (the miss is confirmed) and is dropped; max_num_seqs 16 is measured first there
-too (a stall of the shared machine may drop it as well: either is said).
+so half its requests wait 0.8 s or more for their first token, while a server that
+batches four starts each within a step or two (50-100 ms). The median, not the p99: of 8
+requests the p99 is the slowest one, and on 2 shared cores one stall of the machine puts
+it anywhere (a CI run saw max_num_seqs 4 at 466 ms at concurrency 1 and 63 ms at 4);
+the median moves with the queueing, which is what this test is about. max_num_seqs 4
+leads (the whole range, concurrency 1 to 4, meets the SLO); max_num_seqs 1 is measured
+first at the leader's answer, misses there twice (the miss is confirmed) and is dropped;
+max_num_seqs 16 is measured first there too (a stall of the shared machine may drop it as
+well: either is said).
 
 Each configuration's sweep point is at concurrency 4 too (the workload's), so the winner
 is measured a second time at its answer: that re-measurement must meet the SLO as well.
@@ -31,7 +34,7 @@ from runners.spec import parse_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm"), pytest.mark.timeout(1800)]
 
-SLO_MS = 600.0
+SLO_MS = 400.0
 
 
 def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model, tmp_path):
@@ -51,7 +54,7 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
             "config_search": {"grid": {"max_num_seqs": [4, 1, 16]}},
             "sla_search": {
                 "axis": "max_concurrency",
-                "slo": {"p99_ttft_ms": SLO_MS},
+                "slo": {"median_ttft_ms": SLO_MS},
                 "low": 1,
                 "high": 4,
                 "max_points": 3,
@@ -71,7 +74,7 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
     assert dropped["state"] == "dropped", detail
     assert [s["value"] for s in dropped["path"]] == [4.0, 4.0]  # the gate, confirmed
     assert dropped["text"].startswith(
-        "dropped: missed p99 TTFT <= 600 ms at concurrency 4 where vllm-seqs4 met it"
+        "dropped: missed median TTFT <= 400 ms at concurrency 4 where vllm-seqs4 met it"
     )
     assert third["path"][0]["value"] == 4.0, detail  # gated by the leader's answer
     assert third["state"] in ("top of range", "dropped"), detail
@@ -100,7 +103,7 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
         m for m in document.measurements if m.backend == winner and m.point.key == "single"
     )
     assert again.point.max_concurrency == 4
-    assert again.metrics["p99_ttft_ms"] <= SLO_MS, again.metrics
+    assert again.metrics["median_ttft_ms"] <= SLO_MS, again.metrics
     Path(tmp_path / "searches.txt").write_text(detail)
 
 
@@ -118,7 +121,7 @@ def test_the_budget_leaves_later_configurations_unstarted_and_says_so(tmp_path):
             "config_search": {"grid": {"max_num_seqs": [4, 1, 16]}, "budget": {"points": 2}},
             "sla_search": {
                 "axis": "max_concurrency",
-                "slo": {"p99_ttft_ms": SLO_MS},
+                "slo": {"median_ttft_ms": SLO_MS},
                 "low": 1,
                 "high": 4,
             },
