@@ -332,15 +332,8 @@ class Runner:
             for backend in backends:
                 for point in points:
                     if server.alive:
-                        m = measure_point(
-                            server,
-                            self._spec_for(backend),
-                            backend,
-                            point,
-                            repeat,
-                            self.workdir,
-                            cores=self.cores,
-                            client_cores=self._client_cores(server),
+                        m = self._measure(
+                            server, backend, point, repeat, self._client_cores(server)
                         )
                     else:
                         reason = (
@@ -353,6 +346,26 @@ class Runner:
                     self._record(self._placed(m, server))
         for backend in self._searched(backends):
             self._search(server, backend)
+
+    def _measure(
+        self,
+        target: Target,
+        backend: Any,
+        point: Point,
+        repeat: int,
+        client_cores: tuple[int, ...] | None = None,
+    ) -> Measurement:
+        """One point of a served backend or endpoint, with the spec its clients need."""
+        return measure_point(
+            target,
+            self._spec_for(backend),
+            backend,
+            point,
+            repeat,
+            self.workdir,
+            cores=self.cores,
+            client_cores=client_cores,
+        )
 
     def _spec_for(self, backend: Any) -> Spec:
         """The spec a backend's points are measured with: ``workload.clients: auto``
@@ -440,17 +453,7 @@ class Runner:
         self._probe_clients(target, backend, None)
         for repeat in range(self.spec.repeats):
             for point in self.spec.points():
-                self._record(
-                    measure_point(
-                        target,
-                        self._spec_for(backend),
-                        backend,
-                        point,
-                        repeat,
-                        self.workdir,
-                        cores=self.cores,
-                    )
-                )
+                self._record(self._measure(target, backend, point, repeat))
         if backend in self._searched([backend]):
             self._search(target, backend)
 
@@ -508,15 +511,7 @@ class Runner:
             if repeat:
                 self.progress.say(f"SLA search on {backend.name}: {point.key} again")
             if isinstance(target, ep.Endpoint) or target.alive:
-                m = measure_point(
-                    target,
-                    self._spec_for(backend),
-                    backend,
-                    point,
-                    repeat,
-                    self.workdir,
-                    cores=self.cores,
-                )
+                m = self._measure(target, backend, point, repeat)
             else:
                 assert isinstance(target, LocalServer)
                 reason = f"{target.LABEL} {target.ended()} before this point. " + procs.log_section(
