@@ -155,6 +155,10 @@ SERVEBENCH_K8S_SERVER_PLACEMENT = env.choice(
 )
 SERVEBENCH_K8S_CLIENT_CPU_REQUEST = env.string("SERVEBENCH_K8S_CLIENT_CPU_REQUEST", "2")
 SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST = env.string("SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST", "8Gi")
+# Each load generator's Pod where a point has several (workload.clients): vLLM's bench
+# client is one asyncio thread, so one core each is what it can use.
+SERVEBENCH_K8S_LOADGEN_CPU_REQUEST = env.string("SERVEBENCH_K8S_LOADGEN_CPU_REQUEST", "1")
+SERVEBENCH_K8S_LOADGEN_MEMORY_REQUEST = env.string("SERVEBENCH_K8S_LOADGEN_MEMORY_REQUEST", "4Gi")
 # The API server as runner Pods reach it (they create the server Pods); empty: the
 # in-cluster address (KUBERNETES_SERVICE_HOST/PORT).
 SERVEBENCH_K8S_RUNNER_API_URL = (

@@ -89,11 +89,18 @@ def merge(
     slo: dict[str, float] | None = None,
     reports: Sequence[dict[str, Any]] | None = None,
     target_rate: float | None = None,
+    clock_offset: float | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The clients' result files (in client order) as one result in vLLM's format, with
     ``clients`` (each one's own summary), ``window`` (first send, last completion) and
     ``skew``; and each client's ``evidence`` from its report (``reports``, in the same
-    order; ``target_rate``: each client's share of the point's rate)."""
+    order; ``target_rate``: each client's share of the point's rate).
+
+    ``clock_offset``: clients on other hosts (Pods on other nodes) have monotonic clocks
+    of their own. Each one's ``start_times`` are then moved onto the clock whose
+    ``time.time() - time.perf_counter()`` is ``clock_offset`` (the runner's), through the
+    pair of clocks the client read at its release; the nodes' wall clocks are taken to
+    agree (NTP: the start skew shows how well)."""
     union: dict[str, list[Any]] = {k: [] for k in DETAIL_KEYS}
     merged: dict[str, Any] = {}
     clients: list[dict[str, Any]] = []
@@ -105,6 +112,8 @@ def merge(
         report = reports[i] if reports is not None else {}
         found.append(evidence(i, data, report, target_rate))
         _start_times(report, data, released, first_sends)
+        if clock_offset is not None:
+            _onto(data, report, clock_offset)
         n = len(data.get("latencies") or [])
         for key in DETAIL_KEYS:
             values = data.get(key)
@@ -234,6 +243,18 @@ def _start_times(
     starts = [s for s in result.get("start_times") or [] if isinstance(s, int | float)]
     if starts:
         first.append(min(starts) - perf + at)
+
+
+def _onto(data: dict[str, Any], report: dict[str, Any], clock_offset: float) -> None:
+    """This client's ``start_times`` on the clock of ``clock_offset`` (``merge``)."""
+    start = report.get("start") or {}
+    at, perf = start.get("released_at"), start.get("released_perf")
+    starts = data.get("start_times")
+    if not isinstance(at, int | float) or not isinstance(perf, int | float):
+        return
+    if isinstance(starts, list):
+        delta = (at - perf) - clock_offset
+        data["start_times"] = [s + delta if isinstance(s, int | float) else s for s in starts]
 
 
 def _skew(released: list[float], first_sends: list[float]) -> dict[str, float]:

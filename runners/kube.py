@@ -251,34 +251,56 @@ def pod_name(runner_pod: str, backend: str) -> str:
     return name
 
 
-def template_from_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The server Pod the portal asked for (``SERVEBENCH_SERVER_POD``), or None."""
-    text = (os.environ if environ is None else environ).get(POD_ENV, "").strip()
+def pod_template(
+    variable: str,
+    container: str,
+    error: type[Exception],
+    environ: dict[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """The Pod manifest the portal put in ``variable`` (one container named
+    ``container``), or None where it is unset; ``error`` for a malformed one."""
+    text = (os.environ if environ is None else environ).get(variable, "").strip()
     if not text:
         return None
     try:
         template = json.loads(text)
     except ValueError as exc:
-        raise ServerError(f"{POD_ENV} is not JSON ({exc})") from None
+        raise error(f"{variable} is not JSON ({exc})") from None
     containers = (template.get("spec") or {}).get("containers") or []
-    if [c.get("name") for c in containers] != [CONTAINER]:
-        raise ServerError(f"{POD_ENV}: the Pod needs exactly one container named {CONTAINER!r}")
+    if [c.get("name") for c in containers] != [container]:
+        raise error(f"{variable}: the Pod needs exactly one container named {container!r}")
     return template
 
 
-def _container_state(pod: dict[str, Any]) -> dict[str, Any]:
+def template_from_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The server Pod the portal asked for (``SERVEBENCH_SERVER_POD``), or None."""
+    return pod_template(POD_ENV, CONTAINER, ServerError, environ)
+
+
+def runner_owner(variable: str, what: str, error: type[Exception]) -> dict[str, str]:
+    """The runner's Pod (name, uid), which owns the Pods it creates for ``what``."""
+    name, uid = os.environ.get("SERVEBENCH_POD_NAME"), os.environ.get("SERVEBENCH_POD_UID")
+    if not name or not uid:
+        raise error(
+            f"{variable} is set but SERVEBENCH_POD_NAME / SERVEBENCH_POD_UID are not: "
+            f"{what} owned by the runner's Pod, which the portal names through them"
+        )
+    return {"name": name, "uid": uid}
+
+
+def container_state(pod: dict[str, Any], container: str = CONTAINER) -> dict[str, Any]:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == CONTAINER:
+        if status.get("name") == container:
             return status.get("state") or {}
     return {}
 
 
-def why_not_running(pod: dict[str, Any] | None) -> str | None:
+def why_not_running(pod: dict[str, Any] | None, container: str = CONTAINER) -> str | None:
     """Why this Pod will not serve (ended, or waiting for something that will not come),
     for a person; None while it runs or may still start."""
     if pod is None:
         return "is gone (deleted)"
-    state = _container_state(pod)
+    state = container_state(pod, container)
     if "terminated" in state:
         t = state["terminated"]
         reason = f" ({t['reason']})" if t.get("reason") else ""
@@ -292,14 +314,14 @@ def why_not_running(pod: dict[str, Any] | None) -> str | None:
     return None
 
 
-def pending_reason(pod: dict[str, Any] | None) -> str:
+def pending_reason(pod: dict[str, Any] | None, container: str = CONTAINER) -> str:
     """What a Pod that is not running yet waits for (the scheduler's or kubelet's words)."""
     if pod is None:
         return ""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return f"unscheduled: {cond.get('message') or cond.get('reason')}"
-    waiting = _container_state(pod).get("waiting") or {}
+    waiting = container_state(pod, container).get("waiting") or {}
     if waiting:
         return f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": ")
     return f"phase {(pod.get('status') or {}).get('phase', 'unknown')}"
@@ -347,21 +369,8 @@ class PodServer(VLLMServer):
 
     def manifest(self) -> dict[str, Any]:
         """The Pod to create: the portal's template, named, owned and given its command."""
-        pod = copy.deepcopy(self.template)
-        pod["apiVersion"], pod["kind"] = "v1", "Pod"
-        meta = pod.setdefault("metadata", {})
-        meta["name"] = self.name
-        meta.setdefault("labels", {}).update(
-            {COMPONENT_LABEL: "server", BACKEND_LABEL: _label_value(self.backend.name)}
-        )
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": self.owner["name"],
-                "uid": self.owner["uid"],
-            }
-        ]
+        labels = {COMPONENT_LABEL: "server", BACKEND_LABEL: label_value(self.backend.name)}
+        pod = owned_pod(self.template, self.name, self.owner, labels)
         (container,) = pod["spec"]["containers"]
         if self.backend.image:  # this configuration's own image (another vLLM version)
             container["image"] = self.backend.image
@@ -369,7 +378,6 @@ class PodServer(VLLMServer):
         container["ports"] = [{"name": "http", "containerPort": self.port}]
         env = container.setdefault("env", [])
         env += [{"name": k, "value": v} for k, v in server_env(self.backend).items()]
-        pod["spec"]["restartPolicy"] = "Never"
         return pod
 
     def start(self) -> None:
@@ -515,7 +523,24 @@ class PodServer(VLLMServer):
         }
 
 
-def _label_value(value: str) -> str:
+def owned_pod(
+    template: dict[str, Any], name: str, owner: dict[str, str], labels: dict[str, str]
+) -> dict[str, Any]:
+    """A Pod from the portal's ``template``: named, labelled, owned by the runner's Pod
+    (the garbage collector deletes it with the runner), never restarted."""
+    pod = copy.deepcopy(template)
+    pod["apiVersion"], pod["kind"] = "v1", "Pod"
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = name
+    meta.setdefault("labels", {}).update(labels)
+    meta["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": owner["name"], "uid": owner["uid"]}
+    ]
+    pod["spec"]["restartPolicy"] = "Never"
+    return pod
+
+
+def label_value(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:_DNS_LABEL_MAX].strip("-_.")
 
 
@@ -532,12 +557,5 @@ def server_for(spec: Spec, backend: VLLMBackend, log_path: Path) -> VLLMServer:
                 "child, in the runner's own image: remove image, or submit to such a portal"
             )
         return VLLMServer(spec, backend, log_path)
-    name, uid = os.environ.get("SERVEBENCH_POD_NAME"), os.environ.get("SERVEBENCH_POD_UID")
-    if not name or not uid:
-        raise ServerError(
-            f"{POD_ENV} is set but SERVEBENCH_POD_NAME / SERVEBENCH_POD_UID are not: the "
-            "server Pod is owned by the runner's Pod, which the portal names through them"
-        )
-    return PodServer(
-        spec, backend, log_path, KubeAPI.in_cluster(), template, {"name": name, "uid": uid}
-    )
+    owner = runner_owner(POD_ENV, "the server Pod is", ServerError)
+    return PodServer(spec, backend, log_path, KubeAPI.in_cluster(), template, owner)

@@ -9,7 +9,11 @@ test request and the warm-ups, and right before the first send:
 - **Start barrier** (``BARRIER_ENV`` names a directory, ``INDEX_ENV`` this client's index,
   set by ``runners.multiclient`` when a point has several clients): the client writes
   ``ready-<index>`` there, waits for ``go`` (JSON ``{"start_at": epoch seconds}``, which the
-  parent writes once every client is ready) and sleeps until that wall-clock time. It
+  parent writes once every client is ready) and sleeps until that wall-clock time. A
+  client in a Pod of its own (``runners.clientpods``) has no directory in common with the
+  runner: there ``BARRIER_ENV`` is the runner's rendezvous URL, the client POSTs
+  ``<url>/ready/<index>`` and polls ``GET <url>/go`` (204 until every client is ready, then
+  the same JSON). It
   records when it was ready, when it was released (``time.time`` and
   ``time.perf_counter``, the clock of its ``start_times``: the pair converts them to wall
   time) and how late against ``start_at`` it was released. A parent that never says go
@@ -37,6 +41,8 @@ import asyncio
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,7 @@ BARRIER_ENV = "SERVEBENCH_BARRIER"
 INDEX_ENV = "SERVEBENCH_CLIENT_INDEX"
 BARRIER_TIMEOUT_S = 900.0
 BARRIER_POLL_S = 0.005
+HTTP_POLL_S = 0.02  # a GET to the runner per poll: a little slower than a file's stat
 LAG_TICK_S = 0.01
 _SCHEDSTAT = Path("/proc/self/schedstat")
 
@@ -95,30 +102,63 @@ class StartHook:
     the wrapped coroutine; ``facts()`` for the report."""
 
     def __init__(self, barrier: str | None, index: int) -> None:
-        self.barrier = Path(barrier) if barrier else None
+        self.url = barrier.rstrip("/") if barrier and barrier.startswith("http") else None
+        self.barrier = Path(barrier) if barrier and self.url is None else None
         self.index = index
         self.lag = LoopLag()
         self.start: dict[str, Any] = {"index": index}
         self.started = False
 
+    def _never_released(self) -> RuntimeError:
+        return RuntimeError(
+            f"client {self.index} waited {BARRIER_TIMEOUT_S:.0f} s at the start "
+            "barrier and the runner never released it"
+        )
+
+    def _ask(self, method: str, path: str) -> tuple[int, bytes]:
+        assert self.url is not None
+        data = str(time.time()).encode() if method == "POST" else None
+        url = f"{self.url}/{path}"  # the runner's http:// rendezvous, never another scheme
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+        except OSError:
+            return 0, b""  # the runner busy or the network blinking: asked again
+
+    async def _wait_for_go_http(self) -> float:
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        while (await asyncio.to_thread(self._ask, "POST", f"ready/{self.index}"))[0] != 200:
+            if time.monotonic() > deadline:
+                raise self._never_released()
+            await asyncio.sleep(HTTP_POLL_S)
+        while True:
+            status, body = await asyncio.to_thread(self._ask, "GET", "go")
+            if status == 200:
+                return float(json.loads(body)["start_at"])
+            if time.monotonic() > deadline:
+                raise self._never_released()
+            await asyncio.sleep(HTTP_POLL_S)
+
     async def _wait_for_go(self) -> float:
+        if self.url is not None:
+            return await self._wait_for_go_http()
         assert self.barrier is not None
         (self.barrier / f"ready-{self.index}").write_text(str(time.time()))
         go = self.barrier / "go"
         deadline = time.monotonic() + BARRIER_TIMEOUT_S
         while not go.exists():
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"client {self.index} waited {BARRIER_TIMEOUT_S:.0f} s at the start "
-                    "barrier and the runner never released it"
-                )
+                raise self._never_released()
             await asyncio.sleep(BARRIER_POLL_S)
         return float(json.loads(go.read_text())["start_at"])
 
     async def before_first_send(self) -> None:
         self.started = True
         self.start["ready_at"] = time.time()
-        if self.barrier is not None:
+        if self.barrier is not None or self.url is not None:
             start_at = await self._wait_for_go()
             # Coarse sleep, then a short spin: a release within a millisecond of start_at.
             while (left := start_at - time.time()) > 0.002:

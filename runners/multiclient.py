@@ -31,7 +31,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,33 @@ def merged_report(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def merge_clients(
+    clients: Sequence[Client],
+    result_path: Path,
+    report_path: Path,
+    slo: dict[str, float] | None,
+    rate: float | None,
+    where: Callable[[Client], str] | None = None,
+    clock_offset: float | None = None,
+) -> tuple[int, Path | None, list[dict[str, Any]]]:
+    """Every client's result merged exactly into ``result_path`` (vLLM's format) and
+    their adapter facts into ``report_path``; (0, None, each client's evidence), each
+    saying where it ran (``where``: its cores by default). ``clock_offset``: clients on
+    other hosts (``runners.clientmerge.merge``)."""
+    reports = [c.read_report() for c in clients]
+    share = rate / len(clients) if rate else None
+    paths = [c.result for c in clients]
+    merged, evidence = clientmerge.merge(paths, slo, reports, share, clock_offset)
+    for c, facts in zip(clients, evidence, strict=True):
+        if where is not None:
+            facts["cores"] = where(c)
+        else:
+            facts["cores"] = format_cpu_list(c.cores) if c.cores else "not pinned"
+    result_path.write_text(json.dumps(merged))
+    report_path.write_text(json.dumps(merged_report(reports)))
+    return 0, None, evidence
+
+
 def measure(
     clients: Sequence[Client],
     env: dict[str, str],
@@ -206,11 +233,4 @@ def measure(
     code, bad = run(clients, env, barrier)
     if code != 0:
         return code, bad.log if bad is not None else None, []
-    reports = [c.read_report() for c in clients]
-    share = rate / len(clients) if rate else None
-    merged, evidence = clientmerge.merge([c.result for c in clients], slo, reports, share)
-    for c, facts in zip(clients, evidence, strict=True):
-        facts["cores"] = format_cpu_list(c.cores) if c.cores else "not pinned"
-    result_path.write_text(json.dumps(merged))
-    report_path.write_text(json.dumps(merged_report(reports)))
-    return 0, None, evidence
+    return merge_clients(clients, result_path, report_path, slo, rate)

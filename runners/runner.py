@@ -35,7 +35,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from runners import __version__, causes, clientprobe, kube, nvml, placement, procs, sla
+from runners import __version__, causes, clientpods, clientprobe, kube, nvml, placement, procs, sla
 from runners import conditions as cond
 from runners import configsearch as cs
 from runners import endpoint as ep
@@ -384,6 +384,8 @@ class Runner:
             return
         point = clientprobe.probe_point(clientprobe.heaviest(self.spec))
         cores = len(client_cores) if client_cores else len(self.cores.ids)
+        if clientpods.available():  # each client in a Pod of its own: not our cores
+            cores = clientprobe.MAX_AUTO
         cap = clientprobe.limit(point, cores)
         workdir = self.workdir / "clients-probe"
         workdir.mkdir(parents=True, exist_ok=True)

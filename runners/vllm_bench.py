@@ -49,7 +49,7 @@ from typing import Any
 
 import requests
 
-from runners import causes, clientmerge, nvml, procs
+from runners import causes, clientmerge, clientpods, nvml, procs
 from runners import conditions as cond
 from runners import multiclient as mc
 from runners import telemetry as tm
@@ -499,6 +499,14 @@ def _clients(
     return out
 
 
+def _key_env(target: Target, backend: ServedBackend) -> str | None:
+    """Where a client Pod finds the endpoint's key: the variable the portal fills from
+    the key's Secret in every Pod of the run (None without a key)."""
+    if isinstance(target, Endpoint) and target.key and isinstance(backend, EndpointBackend):
+        return backend.key_env()
+    return None
+
+
 def _unavailable(target: Target) -> str | None:
     """Why an endpoint's point cannot run at all (no key, no answer), or None."""
     if not isinstance(target, Endpoint):
@@ -551,6 +559,7 @@ def measure_point(
         else []
     )
     evidence: list[dict[str, Any]] = []  # each client's saturation (runners.clientmerge)
+    pods: clientpods.PodClients | None = None
     if group:
         results = [c.result for c in group]
         bench = bench_script(spec, point, target.base_url, results, backend)
@@ -579,10 +588,18 @@ def measure_point(
                 if group:
                     slo = spec.slo.model_dump(exclude_none=True) if spec.slo else None
                     slo = {k.removesuffix("_ms"): v for k, v in (slo or {}).items()}
-                    barrier = workdir / f"{stem}.barrier"
-                    code, bad_log, evidence = mc.measure(
-                        group, env, barrier, result_path, report_path, slo, point.request_rate
-                    )
+                    pods = clientpods.launcher(_key_env(target, backend))
+                    if pods is not None:  # on Kubernetes: each client in a Pod of its own
+                        code, bad_log, evidence = clientpods.measure(
+                            pods, group, backend.name, result_path, report_path, slo,
+                            point.request_rate,
+                        )  # fmt: skip
+                    else:
+                        barrier = workdir / f"{stem}.barrier"
+                        code, bad_log, evidence = mc.measure(
+                            group, env, barrier, result_path, report_path, slo,
+                            point.request_rate,
+                        )  # fmt: skip
                     log_path = bad_log or log_path
                 else:
                     code = procs.run([*argv, *flags], log_path, env=env)
@@ -626,8 +643,10 @@ def measure_point(
         fields["telemetry"] = watcher.telemetry(fields.get("detail") or {})
         tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
         if group:
-            busiest = [client_cpu(c.report, fields["telemetry"]) for c in group]
-            fields["conditions"] |= max(busiest, key=lambda c: c.get("client_cpu_per_wall", 0))
+            if pods is None:  # a client in a Pod samples its CPU on its own node's clock
+                busiest = [client_cpu(c.report, fields["telemetry"]) for c in group]
+                most = max(busiest, key=lambda c: c.get("client_cpu_per_wall", 0))
+                fields["conditions"] |= most
             fields["conditions"] |= {
                 "clients": evidence,
                 "client_placement": group[0].placement,

@@ -136,6 +136,19 @@ def server_placement(spec: dict[str, Any], setting: str) -> tuple[str, str]:
     return SEPARATE, "each vLLM server in a Pod of its own, with the GPUs"
 
 
+def client_pods(spec: dict[str, Any], setting: str) -> bool:
+    """Does each load generator of a point with ``workload.clients`` above one (or
+    ``auto``) run in a Pod of its own on Kubernetes? Where servers may run apart (the
+    setting) and no model runs inside the runner: then the runner needs no core of its
+    own for the load and may create Pods (its Role). Otherwise the clients share the
+    runner's cores, as on one machine."""
+    clients = (spec.get("workload") or {}).get("clients", 1)
+    if setting != SEPARATE or clients in (None, 1):
+        return False
+    kinds = {str(b.get("kind")) for b in spec.get("backends") or [] if isinstance(b, dict)}
+    return bool(kinds) and kinds <= {"vllm", "endpoint"}
+
+
 def check_image(spec: rs.Spec) -> None:
     """SpecError naming resources.image when the spec picks an image not allowed here, or
     ``backends.N.image`` when a vLLM server's own image is not allowed, or cannot run here

@@ -59,6 +59,13 @@ What the Job looks like, and why:
   HF baseline or ``transformers serve`` (both run inside the runner, on its GPUs), or with
   ``same-pod``, keeps everything in the runner's Pod. The Job's
   ``servebench.dev/server-placement`` annotation says which and why.
+- Load generators (``policy.client_pods``): where a point runs several clients
+  (``workload.clients`` above one, or ``auto``) and the run's models are all vLLM servers
+  or endpoints, the runner Pod also carries ``SERVEBENCH_CLIENT_POD``: one load
+  generator's Pod (the runner image, SERVEBENCH_K8S_LOADGEN_* CPU and memory, no GPU, the
+  HF cache for the tokenizer, each endpoint's key from its Secret, the same placement),
+  its own IP (``SERVEBENCH_POD_IP``, where its clients meet it) and its service account
+  token. ``runners.clientpods`` creates one such Pod per client for each point.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ from typing import Any
 from django.conf import settings
 from kubernetes import client
 
-from portal.benchmarks.policy import SEPARATE, admin_choice
+from portal.benchmarks.policy import SEPARATE, admin_choice, client_pods
 from portal.benchmarks.policy import server_placement as server_placement_rule
 from portal.dispatch.executors.base import ExecutorError
 from runners import spec as rs
@@ -93,6 +100,8 @@ NAME_PREFIX = "servebench-run-"
 PLACEMENT_ANNOTATION = "servebench.dev/server-placement"
 SERVER_POD_ENV = "SERVEBENCH_SERVER_POD"  # runners.kube.POD_ENV
 SERVER_CONTAINER = "server"  # runners.kube.CONTAINER
+CLIENT_POD_ENV = "SERVEBENCH_CLIENT_POD"  # runners.clientpods.CLIENT_POD_ENV
+CLIENT_CONTAINER = "client"  # runners.clientpods.CONTAINER
 
 LABELS = {
     "app.kubernetes.io/name": "servebench",
@@ -160,6 +169,8 @@ class RunnerConfig:
     runner_api_url: str = ""
     client_cpu_request: str = "2"
     client_memory_request: str = "8Gi"
+    loadgen_cpu_request: str = "1"
+    loadgen_memory_request: str = "4Gi"
 
     @classmethod
     def from_settings(cls) -> RunnerConfig:
@@ -198,6 +209,8 @@ class RunnerConfig:
             runner_api_url=s.SERVEBENCH_K8S_RUNNER_API_URL,
             client_cpu_request=s.SERVEBENCH_K8S_CLIENT_CPU_REQUEST,
             client_memory_request=s.SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST,
+            loadgen_cpu_request=s.SERVEBENCH_K8S_LOADGEN_CPU_REQUEST,
+            loadgen_memory_request=s.SERVEBENCH_K8S_LOADGEN_MEMORY_REQUEST,
         )
 
 
@@ -370,9 +383,13 @@ def build_job(
     if gpus > 0:
         limits[place.gpu_resource] = str(gpus)  # a string: 1.20's apply rejects a bare int
     server_resources = client.V1ResourceRequirements(requests=requests, limits=limits)
+    # Each load generator in a Pod of its own (workload.clients above one): the runner
+    # creates them, so it needs its service account like a runner with server Pods.
+    loadgen_pods = client_pods(spec, cfg.server_placement)
     if separate:  # the spec's resources are the server's; the load generator's are small
         requests = {"cpu": cfg.client_cpu_request, "memory": cfg.client_memory_request}
         limits = {"memory": requests["memory"]}
+    loadgen = {"cpu": cfg.loadgen_cpu_request, "memory": cfg.loadgen_memory_request}
 
     model_env = [_env("PYTHONUNBUFFERED", "1"), _env("HF_HOME", cfg.hf_home)]
     if cfg.hf_token_secret:
@@ -385,12 +402,15 @@ def build_job(
         _field_env("SERVEBENCH_POD_NAME", "metadata.name"),
         _field_env("SERVEBENCH_POD_NAMESPACE", "metadata.namespace"),
         _field_env("SERVEBENCH_POD_UID", "metadata.uid"),
+        _field_env("SERVEBENCH_POD_IP", "status.podIP"),
         _secret_env("SERVEBENCH_RUN_TOKEN", name, SECRET_TOKEN_KEY),
     ]
+    key_env = []  # each endpoint's key, from its Secret: the runner's and its clients'
     for backend in endpoints:
         key = backend.api_key
         if key is not None and key.secret is not None:
-            env.append(_secret_env(str(backend.key_env()), key.secret, key.key, True))
+            key_env.append(_secret_env(str(backend.key_env()), key.secret, key.key, True))
+    env += key_env
 
     # What a process that loads the model needs: /dev/shm, the Hugging Face cache.
     model_mounts = [
@@ -467,6 +487,33 @@ def build_job(
         if cfg.runner_api_url:
             env.append(_env("SERVEBENCH_KUBE_API_URL", cfg.runner_api_url))
 
+    if loadgen_pods:
+        client_pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(labels=dict(labels)),
+            spec=client.V1PodSpec(
+                containers=[
+                    client.V1Container(
+                        name=CLIENT_CONTAINER,
+                        image=image,
+                        image_pull_policy=cfg.image_pull_policy or None,
+                        env=[*model_env, *key_env],  # the tokenizer's cache, the keys
+                        resources=client.V1ResourceRequirements(
+                            requests=loadgen, limits={"memory": loadgen["memory"]}
+                        ),
+                        volume_mounts=[m for m in model_mounts if m.name != "dshm"],
+                        termination_message_policy="FallbackToLogsOnError",
+                    )
+                ],
+                volumes=[v for v in model_volumes if v.name != "dshm"],
+                automount_service_account_token=False,
+                enable_service_links=False,
+                **placed,
+            ),
+        )
+        env.append(_env(CLIENT_POD_ENV, json.dumps(to_manifest(client_pod), sort_keys=True)))
+        if cfg.runner_api_url and not separate:
+            env.append(_env("SERVEBENCH_KUBE_API_URL", cfg.runner_api_url))
+
     command = [
         "python", "-m", "runners", "run", f"{SPEC_DIR}/{SPEC_FILE}",
         "--report", report_url,
@@ -489,8 +536,8 @@ def build_job(
         volumes=volumes,
         service_account_name=cfg.service_account or None,
         runtime_class_name=None if separate else runtime_class,
-        # Only to create, watch and delete its server Pods (the runner Role); never else.
-        automount_service_account_token=separate,
+        # Only to create, watch and delete its server and client Pods (the runner Role).
+        automount_service_account_token=separate or loadgen_pods,
         **placed,
         enable_service_links=False,  # thousands of env vars from Services help nobody here
         # vLLM's engine processes outlive their parent's wait when the server is stopped;

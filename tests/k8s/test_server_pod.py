@@ -9,6 +9,7 @@ stands in for the server's ``/health`` at the Pod IP the test gives the Pod.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import socket
 import struct
@@ -35,7 +36,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from portal.dispatch import kubejob
-from runners import kube
+from runners import clientpods, kube
+from runners import multiclient as mc
 from runners.spec import parse_spec
 from runners.vllm_server import ServerError
 
@@ -479,3 +481,126 @@ def test_what_a_pod_waits_for_and_why_it_will_not_serve_are_said_in_its_own_word
     ]}}  # fmt: skip
     assert kube.why_not_running(creating) is None
     assert kube.pending_reason(creating) == "ContainerCreating"
+
+
+# --------------------------------------------------------------------------- client Pods
+
+
+def clients_spec(clients: Any = 3, backends: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec = vllm_spec()
+    spec["workload"]["clients"] = clients
+    if backends is not None:
+        spec["backends"] = backends
+    return spec
+
+
+def test_a_point_with_several_clients_gets_a_pod_template_for_each_load_generator():
+    cfg = dataclasses.replace(CFG, loadgen_cpu_request="1500m", loadgen_memory_request="3Gi")
+    job = kubejob.to_manifest(kubejob.build_job("lg01", clients_spec(), "https://x/r", cfg))
+    pod = job["spec"]["template"]["spec"]
+    (runner,) = pod["containers"]
+    env = env_of(runner)
+    assert env["SERVEBENCH_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert pod["automountServiceAccountToken"] is True
+    template = json.loads(env[kubejob.CLIENT_POD_ENV])
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == "client" and container["image"] == IMAGE
+    # The load generator's own CPU and memory; no GPU, no runtime class, no token.
+    assert container["resources"] == {
+        "requests": {"cpu": "1500m", "memory": "3Gi"},
+        "limits": {"memory": "3Gi"},
+    }
+    assert "runtimeClassName" not in template["spec"]
+    assert template["spec"]["automountServiceAccountToken"] is False
+    assert "SERVEBENCH_RUN_TOKEN" not in env_of(container)
+    # The tokenizer from the model cache, and the runner's own placement rules.
+    assert {m["name"] for m in container["volumeMounts"]} == {"hf-cache"}
+    assert template["spec"]["tolerations"] == CFG.tolerations
+    assert clientpods.template_from_env({clientpods.CLIENT_POD_ENV: env[kubejob.CLIENT_POD_ENV]})
+
+
+@pytest.mark.parametrize(
+    ("clients", "backends", "cfg", "pods"),
+    [
+        (1, None, CFG, False),
+        ("auto", None, CFG, True),
+        (2, [{"kind": "endpoint", "url": "http://gw.example.com:8000"}], CFG, True),
+        (2, [{"kind": "hf-sequential"}, {"kind": "vllm"}], CFG, False),
+        (2, None, kubejob.RunnerConfig(image=IMAGE, server_placement="same-pod"), False),
+    ],
+    ids=["one-client", "auto", "endpoints-only", "an-hf-baseline", "same-pod-setting"],
+)
+def test_load_generators_get_pods_only_where_the_runner_may_make_them(clients, backends, cfg, pods):
+    job = kubejob.to_manifest(
+        kubejob.build_job("lg02", clients_spec(clients, backends), "https://x/r", cfg)
+    )
+    pod = job["spec"]["template"]["spec"]
+    (runner,) = pod["containers"]
+    assert (kubejob.CLIENT_POD_ENV in env_of(runner)) is pods
+    if pods:
+        assert pod["automountServiceAccountToken"] is True
+
+
+def test_client_pods_are_the_runners_and_a_failed_one_fails_the_point_and_all_go(
+    control_plane, kube_api, runner_pod, tmp_path
+):
+    """PodClients against the real API server with the runner Role: the Pods it creates
+    (owned by the runner's Pod, the load generator's command, no GPU), a client that
+    exits 2 failing the point with its reason, and every client Pod deleted after."""
+    job = kubejob.to_manifest(kubejob.build_job("lg03", clients_spec(2), "https://x/r", CFG))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    template = json.loads(env_of(container)[kubejob.CLIENT_POD_ENV])
+    api = kube.KubeAPI(control_plane.server, control_plane.tokens["runner"], RUNNER_NAMESPACE,
+                       str(control_plane.ca))  # fmt: skip
+    owner = {"name": runner_pod.metadata.name, "uid": runner_pod.metadata.uid}
+    launch = clientpods.PodClients(api, template, owner, "127.0.0.1")
+    group = [
+        mc.Client(
+            index=i,
+            argv=[
+                "/venv/bin/python",
+                "-m",
+                "runners.bench_client",
+                "--result-dir",
+                "/w",
+                "--result-filename",
+                f"seqs4.c{i}.json",
+            ],
+            result=tmp_path / f"seqs4.c{i}.json",
+            report=tmp_path / f"seqs4.c{i}.fields.json",
+            log=tmp_path / f"seqs4.c{i}.client.log",
+            cores=[],
+        )
+        for i in range(2)
+    ]
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(launch.run(group, "seqs4")))
+    thread.start()
+    core = client.CoreV1Api(kube_api)
+
+    def both() -> list[Any] | None:
+        selector = "app.kubernetes.io/component=loadgen"
+        pods = core.list_namespaced_pod(RUNNER_NAMESPACE, label_selector=selector).items
+        return pods if len(pods) == 2 else None
+
+    pods = sorted(wait_for(both, 30, "two client Pods"), key=lambda p: p.metadata.name)
+    for i, pod in enumerate(pods):
+        (ref,) = pod.metadata.owner_references
+        assert (ref.kind, ref.uid) == ("Pod", runner_pod.metadata.uid)
+        assert pod.metadata.labels["servebench.dev/client-index"] == str(i)
+        (c,) = pod.spec.containers
+        assert c.command[:4] == ["python", "-m", "runners.podclient", "--rendezvous"]
+        assert c.command[c.command.index("--") + 1 :][:3] == [
+            "python", "-m", "runners.bench_client"
+        ]  # fmt: skip
+        assert "nvidia.com/gpu" not in (c.resources.limits or {})
+        assert pod.spec.restart_policy == "Never"
+    kubelet = Kubelet(kube_api, RUNNER_NAMESPACE)
+    kubelet.running(pods[0])
+    kubelet.terminated(pods[1], 2)
+    thread.join(90)
+    assert not thread.is_alive()
+    ((code, bad),) = outcome
+    assert (code, bad.index) == (2, 1)
+    assert f"client Pod {pods[1].metadata.name} exited with code 2" in group[1].log.read_text()
+    assert all(gone(core, p.metadata.name) for p in pods)

@@ -191,6 +191,8 @@ def release(
             # A run whose servers run apart: the runner Pod (the load generator) asks for
             # this, and creates its server Pods through the API server's real address.
             "clientResources": {"cpu": "500m", "memory": "3Gi"},
+            # Each load generator's Pod (workload.clients): three fit beside the rest.
+            "loadgenResources": {"cpu": "100m", "memory": "1Gi"},
             "kubeApiUrl": f"https://{NODE_IP}:{cluster.api_port}",
             "hfCache": {"create": True},
             "modelRoots": [HF_MOUNT],

@@ -132,6 +132,12 @@ def test_a_tiny_run_goes_through_a_runner_pod_to_the_run_page(
     assert container["image_digest"] in page or container["image_digest"][:19] in page
 
 
+def run_pods(core: Any, release: Release, run_id: str, component: str) -> list[Any]:
+    """The run's Pods of one component (runner, server, loadgen)."""
+    selector = f"servebench.dev/run={run_id},app.kubernetes.io/component={component}"
+    return core.list_namespaced_pod(release.namespace, label_selector=selector).items
+
+
 def test_a_config_search_measures_each_server_in_a_pod_of_its_own_and_ranks_them(
     cluster: Cluster, release: Release, portal: Portal
 ):
@@ -160,8 +166,7 @@ def test_a_config_search_measures_each_server_in_a_pod_of_its_own_and_ranks_them
     core = client.CoreV1Api(cluster.api_client())
 
     def by_component(component: str) -> list[Any]:
-        selector = f"servebench.dev/run={run_id},app.kubernetes.io/component={component}"
-        return core.list_namespaced_pod(release.namespace, label_selector=selector).items
+        return run_pods(core, release, run_id, component)
 
     (runner,) = wait_for(lambda: by_component("runner"), 120, "the runner's Pod")
     (server,) = wait_for(lambda: by_component("server"), 600, "the first server's Pod")
@@ -200,6 +205,59 @@ def test_a_config_search_measures_each_server_in_a_pod_of_its_own_and_ranks_them
     assert ranking["entries"][0]["serve_command"].startswith("vllm serve")
     # Every server Pod stopped by the runner when it was done with it.
     wait_for(lambda: not by_component("server"), 120, "the server Pods to be deleted")
+
+
+def test_three_client_pods_load_one_server_pod_and_merge_exactly(
+    cluster: Cluster, release: Release, portal: Portal
+):
+    """``workload.clients: 3`` with the server apart: the runner Pod creates three load
+    generator Pods (the runner image, no GPU, owned by the runner's Pod), releases them
+    together through its rendezvous on its Pod IP, takes back their samples and merges
+    them into one measurement; every client Pod is deleted after."""
+    spec = tiny_spec(release)
+    spec["name"] = "three load generators on a real node"
+    spec["backends"] = [b for b in spec["backends"] if b["kind"] == "vllm"]
+    spec["workload"] |= {"clients": 3, "num_prompts": 6}
+    spec["sweeps"] = [{"name": "concurrency", "axis": "max_concurrency", "values": [3]}]
+    # The node's 2 CPUs: the portal, the runner (500m), the server and three clients
+    # (100m each) must all be scheduled at once.
+    spec["resources"]["cpu"] = "200m"
+    began = time.monotonic()
+    run_id = portal.request("POST", "/api/v1/runs/", {"spec": spec})["id"]
+    core = client.CoreV1Api(cluster.api_client())
+
+    def by_component(component: str) -> list[Any]:
+        return run_pods(core, release, run_id, component)
+
+    (runner,) = wait_for(lambda: by_component("runner"), 120, "the runner's Pod")
+    loadgens = wait_for(
+        lambda: (pods := by_component("loadgen")) and len(pods) == 3 and pods,
+        900,
+        "the three client Pods",
+    )
+    done = wait_status(portal, run_id, {"succeeded", "failed", "cancelled"}, 1500)
+    TIMINGS["three client Pods (submit to succeeded)"] = time.monotonic() - began
+    log = kubectl(cluster, "-n", release.namespace, "logs", runner.metadata.name, check=False)
+    assert done["status"] == "succeeded", f"{done.get('failure_reason')}\n{log[-3000:]}"
+    for pod in loadgens:
+        (owner,) = pod.metadata.owner_references
+        assert (owner.kind, owner.uid) == ("Pod", runner.metadata.uid)
+        (container,) = pod.spec.containers
+        assert container.command[:3] == ["python", "-m", "runners.podclient"]
+        assert container.resources.requests == {"cpu": "100m", "memory": "1Gi"}
+    (m,) = portal.request("GET", f"/api/v1/runs/{run_id}/result")["measurements"]
+    assert m["status"] == "succeeded", m["error"]
+    assert m["metrics"]["completed"] == 6
+    assert [c["num_prompts"] for c in m["raw"]["clients"]] == [2, 2, 2]
+    clients = m["conditions"]["clients"]
+    assert [c["requests"] for c in clients] == [2, 2, 2]
+    assert all(
+        c["cores"].startswith("Pod ") and c["cores"].endswith(" on sb-node") for c in clients
+    )
+    assert m["conditions"]["client_placement"].startswith("each client in a Pod of its own")
+    # Released together by the rendezvous (one node: one clock), and all gone after.
+    assert 0 <= m["conditions"]["client_skew"]["release_ms"] < 1000, m["conditions"]
+    wait_for(lambda: not by_component("loadgen"), 120, "the client Pods to be deleted")
 
 
 def test_cancelling_a_run_removes_its_pod(cluster: Cluster, release: Release, portal: Portal):

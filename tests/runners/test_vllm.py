@@ -23,7 +23,8 @@ import psutil
 import pytest
 from shared_servers import shared_vllm_spec
 
-from runners import clientmerge, clientprobe, procs
+from runners import clientmerge, clientpods, clientprobe, procs, vllm_bench
+from runners import multiclient as mc
 from runners.bottleneck import diagnose
 from runners.conditions import format_cpu_list
 from runners.multiclient import with_clients
@@ -253,6 +254,64 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
     why = f"skew {skew}, clients {clients}, contended: {m.conditions.get('reasons')}"
     assert 0 <= skew["release_ms"] < 500 and 0 <= skew["first_send_ms"] < 1000, why
     assert m.commands["bench"].count("vllm bench serve") == 3
+
+
+def test_clients_in_pods_meet_at_the_rendezvous_and_their_samples_merge_exactly(cached):
+    """What each client Pod runs (``runners.podclient``: vLLM's bench client, the HTTP
+    start barrier, the uploads) against the runner's rendezvous, as processes here: each
+    in a directory of its own, as each Pod has its own disk. Only the Pods' creation is
+    left to the cluster tests."""
+    spec, backend, server, workdir = cached
+    two = with_clients(spec, 2)
+    point = Point(
+        sweep="pods",
+        axis=None,
+        value=None,
+        input_len=32,
+        output_len=8,
+        max_concurrency=4,
+        num_prompts=8,
+        request_rate=None,
+    )
+    group = vllm_bench._clients(two, point, server, backend, workdir, "pods", 2, None)
+    began = time.perf_counter()
+    with clientpods.Rendezvous(group, "127.0.0.1") as meet:
+        children = []
+        for c in group:
+            argv = clientpods.pod_argv(c.argv)
+            argv[0] = sys.executable
+            argv[argv.index("--result-dir") + 1] = str(workdir / f"pod{c.index}")
+            command = [sys.executable, "-m", "runners.podclient", "--rendezvous", meet.url]
+            children.append(
+                subprocess.Popen(
+                    [*command, "--index", str(c.index), "--", *argv],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=procs.python_env(),
+                )
+            )
+        deadline = time.monotonic() + 300
+        while not meet.all_ready():
+            assert all(p.poll() is None for p in children), [p.communicate() for p in children]
+            assert time.monotonic() < deadline, "the clients never reached the barrier"
+            time.sleep(0.05)
+        meet.release(time.time() + clientpods.START_DELAY_S)
+        said = [p.communicate(timeout=300)[0] for p in children]
+        assert [p.returncode for p in children] == [0, 0], said
+        assert all(meet.has(c.index, k) for c in group for k in clientpods.FILES)
+    result, report = workdir / "pods.json", workdir / "pods.fields.json"
+    offset = time.time() - time.perf_counter()
+    code, _, evidence = mc.merge_clients(group, result, report, None, None, clock_offset=offset)
+    merged = json.loads(result.read_text())
+    files = [json.loads(c.result.read_text()) for c in group]
+    assert code == 0 and [f["num_prompts"] for f in files] == [4, 4]
+    assert merged["completed"] == 8 == sum(f["completed"] for f in files)
+    # On one host the clocks agree: the union is where the runner saw it happen.
+    assert began < min(merged["start_times"]) < time.perf_counter()
+    assert 0 <= merged["skew"]["release_ms"] < 500, merged["skew"]
+    assert [e["requests"] for e in evidence] == [4, 4]
+    assert all("Starting main benchmark run" in c.log.read_text() for c in group)
 
 
 def test_clients_auto_probes_the_server_and_keeps_the_count_that_still_raised_the_rate(cached):

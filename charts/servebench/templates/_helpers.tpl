@@ -186,6 +186,8 @@ SERVEBENCH_K8S_RUNNER_SERVICE_ACCOUNT: {{ include "servebench.runnerServiceAccou
 SERVEBENCH_K8S_SERVER_PLACEMENT: {{ $runner.serverPlacement | quote }}
 SERVEBENCH_K8S_CLIENT_CPU_REQUEST: {{ $runner.clientResources.cpu | quote }}
 SERVEBENCH_K8S_CLIENT_MEMORY_REQUEST: {{ $runner.clientResources.memory | quote }}
+SERVEBENCH_K8S_LOADGEN_CPU_REQUEST: {{ $runner.loadgenResources.cpu | quote }}
+SERVEBENCH_K8S_LOADGEN_MEMORY_REQUEST: {{ $runner.loadgenResources.memory | quote }}
 SERVEBENCH_K8S_RUNNER_API_URL: {{ $runner.kubeApiUrl | quote }}
 SERVEBENCH_K8S_GPU_RESOURCE: {{ $runner.gpu.resourceName | quote }}
 SERVEBENCH_K8S_GPU_TYPE_LABEL: {{ $runner.gpu.typeLabel | quote }}
