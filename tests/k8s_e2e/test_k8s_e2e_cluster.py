@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from e2e_cluster import NODE_IP, TIMINGS, Cluster, Portal, Release, kubectl, wait_for, wait_status
 from kubernetes import client
@@ -249,6 +250,15 @@ def test_three_client_pods_load_one_server_pod_and_merge_exactly(
     assert m["status"] == "succeeded", m["error"]
     assert m["metrics"]["completed"] == 6
     assert [c["num_prompts"] for c in m["raw"]["clients"]] == [2, 2, 2]
+    # The merged percentiles are those of the union of the three clients' samples.
+    detail = m["detail"]
+    ok = [i for i, e in enumerate(detail["errors"]) if not e]
+    assert len(ok) == 6, detail["errors"]
+    for name, key in (("ttft", "ttfts"), ("e2el", "latencies")):
+        values = [detail[key][i] for i in ok]
+        for p in (50, 99):
+            want = float(np.percentile(values, p)) * 1000
+            assert m["metrics"][f"p{p}_{name}_ms"] == pytest.approx(want), (name, p)
     clients = m["conditions"]["clients"]
     assert [c["requests"] for c in clients] == [2, 2, 2]
     assert all(
@@ -256,7 +266,9 @@ def test_three_client_pods_load_one_server_pod_and_merge_exactly(
     )
     assert m["conditions"]["client_placement"].startswith("each client in a Pod of its own")
     # Released together by the rendezvous (one node: one clock), and all gone after.
-    assert 0 <= m["conditions"]["client_skew"]["release_ms"] < 1000, m["conditions"]
+    skew = m["conditions"]["client_skew"]
+    assert 0 <= skew["release_ms"] < 1000 and 0 <= skew["first_send_ms"] < 2000, skew
+    print(f"three client Pods: skew {skew}, placement {m['conditions']['client_placement']}")
     wait_for(lambda: not by_component("loadgen"), 120, "the client Pods to be deleted")
 
 
