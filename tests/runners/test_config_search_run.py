@@ -3,12 +3,18 @@
 TTFT <= 400 ms, and early dropping.
 
 Why the SLO splits them: at concurrency 4 a server that runs one sequence at a time
-queues three requests behind one that decodes 128 tokens (~0.4 s on these shared CPUs),
-so half its requests wait 0.8 s or more for their first token, while a server that
-batches four starts each within a step or two (50-100 ms). The median, not the p99: of 8
-requests the p99 is the slowest one, and on 2 shared cores one stall of the machine puts
-it anywhere (a CI run saw max_num_seqs 4 at 466 ms at concurrency 1 and 63 ms at 4);
-the median moves with the queueing, which is what this test is about. max_num_seqs 4
+queues three requests behind one that decodes 128 tokens (~0.2 s on these shared CPUs),
+so once the first few are through, each request waits ~0.6 s for its first token, while
+a server that batches four starts each within a step or two (10-50 ms). The median, not
+the p99: of 8 requests the p99 is the slowest one, and on 2 shared cores one stall of the
+machine puts it anywhere (a CI run saw max_num_seqs 4 at 466 ms at concurrency 1 and 63 ms at 4);
+the median moves with the queueing, which is what this test is about. A point of 8
+requests lasted under a second, so one stall of the shared cores could still hold up
+most of them (a CI run: the bench client starved for ~0.7 s, every first token of
+max_num_seqs 4 at concurrency 4 read at its request's end, median 464 ms): each point
+sends 24 requests (5-12 s), and every miss is measured once more before the search
+believes it (``confirm: failures``; a stall only ever adds latency). Eager mode: no
+torch.compile at each server start (20 s less for three). max_num_seqs 4
 leads (the whole range, concurrency 1 to 4, meets the SLO); max_num_seqs 1 is measured
 first at the leader's answer, misses there twice (the miss is confirmed) and is dropped;
 max_num_seqs 16 is measured first there too (a stall of the shared machine may drop it as
@@ -28,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from runners import configsearch as cs
+from runners.bottleneck import diagnose
 from runners.result import ResultDocument
 from runners.runner import ExitCode, Runner
 from runners.spec import parse_spec
@@ -45,19 +52,20 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
             "workload": {
                 "input_len": 32,
                 "output_len": 128,
-                "num_prompts": 8,
+                "num_prompts": 24,
                 "num_warmups": 1,
                 "max_concurrency": 4,
                 "ignore_eos": True,
             },
-            "backends": [{"kind": "vllm"}],
+            "backends": [{"kind": "vllm", "enforce_eager": True}],
             "config_search": {"grid": {"max_num_seqs": [4, 1, 16]}},
             "sla_search": {
                 "axis": "max_concurrency",
                 "slo": {"median_ttft_ms": SLO_MS},
                 "low": 1,
                 "high": 4,
-                "max_points": 3,
+                "max_points": 4,
+                "confirm": "failures",
             },
             "resources": {"gpu_count": 0, "timeout_minutes": 30},
         }
@@ -71,6 +79,8 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
 
     leader, dropped, third = (searches[n] for n in ("vllm-seqs4", "vllm-seqs1", "vllm-seqs16"))
     assert leader["answer"] == 4 and leader["state"] == "top of range", detail
+    # Low, then high; a miss at the high end (a stall) measured again, and met there.
+    assert [s["value"] for s in leader["path"]] in ([1.0, 4.0], [1.0, 4.0, 4.0]), detail
     assert dropped["state"] == "dropped", detail
     assert [s["value"] for s in dropped["path"]] == [4.0, 4.0]  # the gate, confirmed
     assert dropped["text"].startswith(
@@ -86,9 +96,10 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
     assert outcomes["vllm-seqs1"]["reason"] == dropped["text"]
     # The sweep points and the searches' paths, nothing more: the leader low and high,
     # the dropped one its gate twice, the third its gate (and a confirmation of a miss).
-    assert (len(leader["path"]), len(dropped["path"])) == (2, 2)
+    assert len(dropped["path"]) == 2
     assert len(third["path"]) in (1, 2)
-    assert len(document.measurements) == 3 + 4 + len(third["path"])
+    searched = len(leader["path"]) + len(dropped["path"]) + len(third["path"])
+    assert len(document.measurements) == 3 + searched
 
     # The winner measured once more at its answer (its sweep point, concurrency 4).
     winner = max(
@@ -103,7 +114,12 @@ def test_a_search_over_three_configurations_drops_one_early_and_ranks(tiny_model
         m for m in document.measurements if m.backend == winner and m.point.key == "single"
     )
     assert again.point.max_concurrency == 4
-    assert again.metrics["median_ttft_ms"] <= SLO_MS, again.metrics
+    # It meets the SLO, unless its load generator was starved of CPU while it ran: then
+    # the point says so itself. (A CI run: the bench client waited for a core 4 of 4.5 s,
+    # read each answer's 128 chunks at once at its end, so every TTFT was its latency.)
+    limit = diagnose(again.model_dump())
+    met = again.metrics["median_ttft_ms"] <= SLO_MS
+    assert met or limit.cause == "client", (again.metrics, again.conditions, limit)
     Path(tmp_path / "searches.txt").write_text(detail)
 
 

@@ -197,6 +197,19 @@ def test_a_points_metrics_time_series_shows_its_ramp(cached):
 # --------------------------------------------------------------------------- many clients
 
 
+def assert_released_together(clients: list[dict], skew: dict, why: str) -> None:
+    """What the start barrier guarantees, on a machine that may starve any one process
+    for a second (a CI run: one of three clients ran 1,085 ms late while the other two
+    were within 1 ms): no client starts before the common start time; most start within
+    a few scheduler wake-ups of it (without the barrier they would start seconds apart:
+    each imports vLLM and loads its tokenizer first); a late one is reported as late, and
+    the skew reported is exactly the spread of the clients' own lateness."""
+    late = sorted(c["start_late_ms"] for c in clients)
+    assert late[0] >= 0, why  # nobody before the start time
+    assert late[(len(late) - 1) // 2] < 100, why  # most on time
+    assert skew["release_ms"] == pytest.approx(late[-1] - late[0], abs=0.01), why
+
+
 def _client_paths(workdir: Path, m, n: int) -> list[Path]:
     stem = f"{m.backend}-{m.point.key.replace(':', '-').replace('=', '')}-r{m.repeat}"
     return [workdir / f"{stem}.c{i}.json" for i in range(n)]
@@ -248,11 +261,9 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
     assert all(c["requests"] == 6 and "cpu_per_wall" in c for c in clients)
     assert all("send_lag_p99_ms" in c for c in clients)
     skew = m.conditions["client_skew"]
-    # Without the barrier the three would start seconds apart (each imports vLLM and loads
-    # the tokenizer first); with it, within a scheduler wake-up or two of each other. The
-    # bounds leave room for a machine busy with other work (the conditions say whose).
     why = f"skew {skew}, clients {clients}, contended: {m.conditions.get('reasons')}"
-    assert 0 <= skew["release_ms"] < 500 and 0 <= skew["first_send_ms"] < 1000, why
+    assert_released_together(clients, skew, why)
+    assert skew["first_send_ms"] >= 0, why
     assert m.commands["bench"].count("vllm bench serve") == 3
 
 
@@ -309,8 +320,8 @@ def test_clients_in_pods_meet_at_the_rendezvous_and_their_samples_merge_exactly(
     assert merged["completed"] == 8 == sum(f["completed"] for f in files)
     # On one host the clocks agree: the union is where the runner saw it happen.
     assert began < min(merged["start_times"]) < time.perf_counter()
-    assert 0 <= merged["skew"]["release_ms"] < 500, merged["skew"]
     assert [e["requests"] for e in evidence] == [4, 4]
+    assert_released_together(evidence, merged["skew"], f"{merged['skew']} {evidence}")
     assert all("Starting main benchmark run" in c.log.read_text() for c in group)
 
 
