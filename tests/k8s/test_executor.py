@@ -74,6 +74,16 @@ def dispatched(make_run: Any, **kwargs: Any) -> Run:
     return run
 
 
+def started(kube_api: Any, run: Run) -> None:
+    """Wait until the Job controller has started the run's Job (``status.startTime``).
+    Kubernetes 1.20's controller misses a deadline lowered before it first synced the
+    Job: the update it sees has no start time, and its own first sync queued the check
+    after the old deadline (a CI run: a Job stopped 35 ms after its creation was still
+    running 90 s later). A real kubelet takes seconds to report a Pod's state; this
+    test's stand-in reports it at once."""
+    wait_for(lambda: job_of(kube_api, run).status.start_time, 30, "the Job to be started")
+
+
 def job_of(kube_api: Any, run: Run) -> Any:
     handle = run.executor_handle
     return client.BatchV1Api(kube_api).read_namespaced_job(handle["job"], handle["namespace"])
@@ -331,6 +341,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_run_after_the_grace(
     run = dispatched(make_run)
     handle = run.executor_handle
     pod = kubelet.pod_of(handle["job"])
+    started(kube_api, run)
     kubelet.waiting(pod, "ImagePullBackOff", f'Back-off pulling image "{IMAGE}"')
     # Inside the grace a registry hiccup may still resolve: pending, the run waits.
     status = status_of(run)
@@ -424,6 +435,7 @@ def test_the_jobs_deadline_fails_the_run(k8s, make_run, kube_api, kubelet):
     run = dispatched(make_run)
     handle = run.executor_handle
     kubelet.pod_of(handle["job"])
+    started(kube_api, run)
     time.sleep(1.1)
     # Shrink the deadline the executor set (10 min) so the real Job controller enforces it.
     client.BatchV1Api(kube_api).patch_namespaced_job(
