@@ -570,27 +570,37 @@ def results_fixtures(
 
 # --------------------------------------------------------------------------- waiting
 
-RESULTS_PAGES = ("web run page", "web compare page", "web history page")
+RESULTS_PAGES = (
+    "web run page",
+    "web compare page",
+    "web history page",
+    "API compare",
+    "API history",
+)
 
 
 def cold_and_warm(user: Any, targets: dict[str, str], repeat: int) -> dict[str, tuple[float, ...]]:
     """label -> (median seconds warm, cold, first build) for the results pages and the
-    trivial web view. Cold empties the pages cache before each request (a finished run's
-    page is then read from Postgres, ``web.StoredPage``); first build also deletes the
-    stored pages: the page built from the measurements, as for a run nobody opened since
-    it ended (before pages were stored when runs end). Round-robin, like ``run_pages``."""
+    trivial views (labels with "API" go through the API with a token). Cold empties the
+    pages cache before each request (a finished page is then read from Postgres,
+    ``web.StoredPage``); build also deletes the stored pages: the page computed from the
+    measurements, as for a selection nobody opened before. Round-robin, like
+    ``run_pages``."""
     from django.core.cache import caches
     from django.test import Client
 
+    from portal.accounts.tokens import create_user_token
     from portal.web import pagecache
     from portal.web.models import StoredPage
 
-    client = Client()
-    client.force_login(user)
+    token = create_user_token(user, "bench-cold").plaintext
+    web, api = Client(), Client(headers={"Authorization": f"Bearer {token}"})
+    web.force_login(user)
     kinds = ("warm", "cold", "build")
     found: dict[str, dict[str, list[float]]] = {k: {label: [] for label in targets} for k in kinds}
     for _ in range(repeat):
         for label, url in targets.items():
+            client = api if "API" in label else web
             client.get(url)  # fills the cache (another page's cold request emptied it)
             for kind in kinds:
                 if kind != "warm":
@@ -776,7 +786,10 @@ def main() -> int:
             payload = big_results.compare_payload(user)
             from django.urls import reverse
 
-            results_urls = {"trivial: web view (session, 1 query)": "/__trivial_web__"}
+            results_urls = {
+                "trivial: web view (session, 1 query)": "/__trivial_web__",
+                "trivial: API view (auth, 1 query)": "/__trivial_api__",
+            }
             results_urls["web run page"] = reverse("web:run-detail", args=[sample.public_id])
             results_urls.update(
                 {label: url for label, _, url in big_results.targets if label in RESULTS_PAGES}
@@ -842,21 +855,23 @@ def main() -> int:
         f"{payload['html']:,} bytes; API answer {payload['api']:,} bytes"
     )
 
-    trivial = waits["trivial: web view (session, 1 query)"][0]
     print(
-        "\nresults pages against the trivial web view (goal: within 5x). warm: a finished "
-        "run's page as a reader gets it after the first visit (portal.web.pagecache); cold: "
-        "that cache emptied before each request (a run's page read from Postgres, kept "
-        "when the run ended or was first read); build: the stored pages deleted too (built "
-        "from the measurements)"
+        "\nresults pages against the trivial view of their stack (goal: within 5x). warm: a "
+        "finished page as a reader gets it after the first visit (portal.web.pagecache); "
+        "cold: that cache emptied before each request (the page read from Postgres, kept "
+        "when its run ended or when first read); build: the kept pages deleted too (computed "
+        "from the measurements: a selection nobody opened before)"
     )
-    timings(("warm", "cold", "build"), waits, trivial)
+    web_rows = {k: v for k, v in waits.items() if "API" not in k}
+    timings(("warm", "cold", "build"), web_rows, waits["trivial: web view (session, 1 query)"][0])
+    api_rows = {k: v for k, v in waits.items() if "API" in k}
+    timings(("warm", "cold", "build"), api_rows, waits["trivial: API view (auth, 1 query)"][0])
     print(
         "\nwith SERVEBENCH_PAGE_CACHE=redis (one cache in Redis that every web process "
         "shares), a run of the 1,000-run series as it ends: the runner's report builds "
         f"{' and '.join(built) or 'nothing'} ({warming * 1000:.1f} ms); its owner's visits"
     )
-    timings(("first", "next"), first_visit, trivial)
+    timings(("first", "next"), first_visit, waits["trivial: web view (session, 1 query)"][0])
     print(
         f"\nrun page transfer (gzip as served, headers included): first load "
         f"{weight['first']:,} bytes ({weight['first'] / 1e6:.2f} MB; goal < 1.5 MB), "

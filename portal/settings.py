@@ -473,6 +473,10 @@ SERVEBENCH_TICK_SECONDS = env.integer("SERVEBENCH_TICK_SECONDS", 60, minimum=1)
 SERVEBENCH_RETAIN_SAMPLES_DAYS = env.integer("SERVEBENCH_RETAIN_SAMPLES_DAYS", 0, minimum=0)
 SERVEBENCH_RETAIN_TELEMETRY_DAYS = env.integer("SERVEBENCH_RETAIN_TELEMETRY_DAYS", 0, minimum=0)
 SERVEBENCH_RETAIN_LOGS_DAYS = env.integer("SERVEBENCH_RETAIN_LOGS_DAYS", 0, minimum=0)
+# Compare and history pages kept in Postgres (portal/web/pagecache.py) are deleted this
+# many days after they were computed (the next reader computes them again); a run's own
+# page stays while the run does.
+SERVEBENCH_KEPT_PAGES_DAYS = env.integer("SERVEBENCH_KEPT_PAGES_DAYS", 30, minimum=1)
 
 # /metrics (portal/ops/metrics.py): off unless a token or networks are set.
 SERVEBENCH_METRICS_TOKEN = env.string("SERVEBENCH_METRICS_TOKEN", "")

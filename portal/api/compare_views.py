@@ -88,16 +88,16 @@ class Compare(APIView):
         runs = {
             r.public_id: r for r in queries.visible_runs(request.user).filter(public_id__in=ids)
         }
-        key = None
+        where: pagecache.Slot | None = None
         if len(runs) == len(ids) and baseline in runs:
             ordered = [runs[i] for i in ids]
-            key = compare_page.cache_key("compare-api", request.user, ordered, runs[baseline])
+            where = compare_page.cache_slot("compare-api", request.user, ordered, runs[baseline])
 
         def build() -> bytes:
             return JSONRenderer().render(cmp.compare(request.user, ids, baseline).as_dict())
 
         try:
-            return _json(pagecache.get_or_build(key, build))
+            return _json(pagecache.get_or_build(where, build))
         except Run.DoesNotExist as exc:
             raise ApiError(404, "not_found", f"{exc}; check the ids, or sign in") from None
 
@@ -134,21 +134,21 @@ class History(APIView):
         fingerprint = params.get("fingerprint", "")
         metric = params.get("metric") or "output_throughput"
         point, backend = params.get("point") or None, params.get("backend") or None
-        key = None
+        where: pagecache.Slot | None = None
         if hist.FINGERPRINT_RE.match(fingerprint):
             try:
-                key = history_page.cache_key(
+                where = history_page.cache_slot(
                     request.user, fingerprint, metric, point, backend, kind="history-api"
                 )
             except Http404:  # none visible: built below, which answers why
-                key = None
+                where = None
 
         def build() -> bytes:
             found = hist.history(request.user, fingerprint, metric, point, backend)
             return JSONRenderer().render(found.as_dict())
 
         try:
-            return _json(pagecache.get_or_build(key, build))
+            return _json(pagecache.get_or_build(where, build))
         except hist.HistoryError as exc:
             raise ApiError(
                 400, "invalid_parameter", str(exc), [{"field": exc.field, "message": str(exc)}]

@@ -132,7 +132,7 @@ class RunnerEvents(RunnerView):
                 _fill_image_digest(run)  # before the run ends: its pages show the digest
             status = ingestion.ingest_event(run, event)
             if event.type == "finished":
-                warm.ended(run.pk)  # its page and history, for the first reader
+                warm.ended(run.pk)  # its pages (run, history, compare) for the first reader
         return Response({"ok": True, "run_status": status})
 
 

@@ -12,7 +12,10 @@ logs       the local executor's work dir (runner.log,        SERVEBENCH_RETAIN_L
            go with the Job (SERVEBENCH_K8S_TTL_SECONDS)
 =========  ===============================================  =================================
 
-0 keeps a kind forever (the default: nothing is deleted until an admin says so). What
+0 keeps a kind forever (the default: nothing is deleted until an admin says so). The
+same pass deletes the compare and history pages kept in Postgres
+(``portal.web.pagecache``) computed more than SERVEBENCH_KEPT_PAGES_DAYS (30) ago: the
+next reader computes them again. What
 stays: the run, its measurements' summaries and metrics, the environment, the spec, the
 verdicts' inputs that pages and history read from rows. The verdict engine falls back to
 the reported summaries when per-request samples are gone (it needs them only to widen an
@@ -45,6 +48,7 @@ from django.utils import timezone
 
 from portal.benchmarks import samplestore
 from portal.benchmarks.models import FINAL_STATUSES, Measurement, Run
+from portal.web import pagecache
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class RetentionReport:
     telemetry: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    pages: int = 0  # kept compare and history pages deleted (SERVEBENCH_KEPT_PAGES_DAYS)
 
 
 def _purge_samples(run: Run) -> None:
@@ -136,13 +141,16 @@ def purge(now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
                     getattr(report, kind).append(run.public_id)
             if len(runs) < batch:
                 break
-    if report.samples or report.telemetry or report.logs or report.errors:
+    report.pages = pagecache.prune(now - timedelta(days=settings.SERVEBENCH_KEPT_PAGES_DAYS))
+    if report.samples or report.telemetry or report.logs or report.errors or report.pages:
         log.info(
-            "retention: samples of %d runs, telemetry of %d, logs of %d deleted; %d errors",
+            "retention: samples of %d runs, telemetry of %d, logs of %d deleted; %d errors; "
+            "%d kept pages deleted",
             len(report.samples),
             len(report.telemetry),
             len(report.logs),
             len(report.errors),
+            report.pages,
         )
     return report
 

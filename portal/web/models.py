@@ -1,4 +1,4 @@
-"""What the pages keep in Postgres: a finished run's page, built once (``StoredPage``)."""
+"""What the pages keep in Postgres: finished pages, built once (``StoredPage``)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ from django.utils import timezone
 
 
 class StoredPage(models.Model):
-    """A finished run's page part (``portal.web.run_page.results_part``), pickled and
+    """A finished page part (a run's page, a compare, a history: web and API), pickled and
     compressed under its pages-cache key: the tier of ``portal.web.pagecache`` that
     outlives the cache (a day's timeout, a restart, an eviction, a per-process cache that
-    another process filled). Written when the run ends (``portal.web.warm``) or by its
-    first reader; the key carries the run's ``updated_at`` and ``pagecache.VERSION``, so
-    a stale row is never read, and writing a run's page deletes its stale rows."""
+    another process filled). Written when its run ends (``portal.web.warm``) or by its
+    first reader; the key carries the stamps of what the page depends on and
+    ``pagecache.VERSION``, so a stale row is never read, and writing a page deletes the
+    older rows of its subject."""
 
+    # Deleted with the page's run (a compare's reference run, a history's newest run).
     run = models.ForeignKey("benchmarks.Run", on_delete=models.CASCADE, related_name="+")
     # The pages-cache key (pagecache.key); its unique index serves the read by key.
     key = models.CharField(max_length=100, unique=True)
+    # The page without its stamps (pagecache.Slot): the rows a newer page replaces.
+    subject = models.CharField(max_length=100, db_index=True)
     version = models.PositiveSmallIntegerField(help_text="pagecache.VERSION when stored.")
     value = models.BinaryField(help_text="zlib(pickle(the page part)).")
     created_at = models.DateTimeField(default=timezone.now)

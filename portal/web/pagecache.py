@@ -16,11 +16,14 @@ reads its noise from (how many runs the reader sees in it, and the latest
 ``updated_at`` among them). ``VERSION`` changes when what is cached changes shape.
 Unfinished runs are never cached: their pages are rebuilt on every request.
 
-A finished run's own page is also kept in Postgres (``StoredPage``, ``run=`` below): the
+Every finished page is also kept in Postgres (``StoredPage``, a ``Slot`` below): the
 cache forgets (a day's timeout, a restart, an eviction, or another process's memory),
-and rebuilding a run's page from its measurements costs ~3x serving it. So a run's page
-is built once, when the run ends (``portal.web.warm``) or for its first reader, and read
-back from the table after the cache has forgotten it (one indexed query).
+and rebuilding costs far more than serving: a run's page ~3x, a compare of 8 runs x 20
+points (~2,800 verdicts) 40-70x, a history of 1,000 runs ~30x. So a page is built once,
+when its run ends (``portal.web.warm``: the run's page, the history and the compare it
+links to) or for its first reader, and read back from the table after the cache has
+forgotten it (one indexed query). A slot's ``subject`` names the page without its
+stamps (kind, reader, selection): storing a newer page of a subject deletes the older.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import logging
 import pickle
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -50,9 +54,30 @@ T = TypeVar("T")
 def key(kind: str, *parts: Any) -> str:
     """A cache key from the page kind and the stamps its value depends on (hashed: keys
     stay short and free of user text)."""
+    return f"sb:{kind}:v{VERSION}:{_digest(parts)}"
+
+
+def _digest(parts: tuple[Any, ...]) -> str:
     text = "|".join(_part(p) for p in parts)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:40]
-    return f"sb:{kind}:v{VERSION}:{digest}"
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a finished page lives: ``key`` in the pages cache and in Postgres; ``subject``
+    the page without its stamps (storing a newer page of it deletes the older row);
+    ``run_id`` the run the row is deleted with."""
+
+    key: str
+    subject: str
+    run_id: int
+
+
+def slot(kind: str, identity: tuple[Any, ...], stamps: tuple[Any, ...], run_id: int) -> Slot:
+    """The slot of the page ``kind`` of ``identity`` (reader, selection, options) as of
+    ``stamps`` (what its value depends on that can change: ``updated_at``, series
+    stamps), kept with the run ``run_id``."""
+    return Slot(key(kind, *identity, *stamps), f"sb:{kind}:{_digest(identity)}", run_id)
 
 
 def _part(value: Any) -> str:
@@ -63,28 +88,26 @@ def _part(value: Any) -> str:
     return str(value)
 
 
-def get_or_build(cache_key: str | None, build: Callable[[], T], run: Any = None) -> T:
-    """The cached value for ``cache_key``, else ``build()`` (stored under the key). With
-    ``cache_key`` None (something unfinished in it) it is always built. With ``run`` (a
-    finished run whose own page this is) the value is also kept in Postgres and read
-    from there when the cache has forgotten it (module docstring)."""
-    if cache_key is None:
+def get_or_build(where: Slot | None, build: Callable[[], T]) -> T:
+    """The page in ``where``: from the pages cache, else from Postgres (then put back in
+    the cache), else ``build()`` (stored in both). With ``where`` None (something
+    unfinished in it) it is always built and kept nowhere."""
+    if where is None:
         return build()
     cache = caches[ALIAS]
     try:
-        found = cache.get(cache_key)
+        found = cache.get(where.key)
     except Exception:  # a shared cache out of reach: the page is built, as if cold
         log.warning("pages cache unreadable; building the page", exc_info=True)
         return build()
     if found is not None:
         return found
-    value = stored(cache_key) if run is not None else None
+    value = stored(where.key)
     if value is None:
         value = build()
-        if run is not None:
-            store(run, cache_key, value)
+        store(where, value)
     try:
-        cache.set(cache_key, value, TIMEOUT_SECONDS)
+        cache.set(where.key, value, TIMEOUT_SECONDS)
     except Exception:  # full (maxmemory), or out of reach: the reader still gets the page
         log.warning("pages cache unwritable; the page is served uncached", exc_info=True)
     return value
@@ -102,23 +125,36 @@ def stored(cache_key: str) -> Any:
         return None
 
 
-def store(run: Any, cache_key: str, value: Any) -> None:
-    """Keep ``value`` in Postgres under ``cache_key`` for the finished ``run``, and delete
-    the run's rows that no key can name any more (an older ``updated_at`` or VERSION):
-    one statement."""
+def store(where: Slot, value: Any) -> None:
+    """Keep ``value`` in Postgres in ``where``, and delete the rows of the same subject
+    that no key names any more (older stamps, another VERSION): one statement."""
     blob = zlib.compress(pickle.dumps(value, pickle.HIGHEST_PROTOCOL), 6)
     sql = (  # StoredPage's table
-        "WITH stale AS (DELETE FROM web_storedpage WHERE run_id = %s"
-        " AND NOT (version = %s AND created_at >= %s))"
-        " INSERT INTO web_storedpage (run_id, key, version, value, created_at)"
-        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING"  # another process was first
+        "WITH stale AS (DELETE FROM web_storedpage WHERE subject = %s AND key <> %s)"
+        " INSERT INTO web_storedpage (run_id, key, subject, version, value, created_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING"  # another was first
     )
-    params = [run.pk, VERSION, run.updated_at, run.pk, cache_key, VERSION, blob, timezone.now()]
+    params = [
+        where.subject, where.key,
+        where.run_id, where.key, where.subject, VERSION, blob, timezone.now(),
+    ]  # fmt: skip
     try:
         with transaction.atomic(), connection.cursor() as cursor:  # a failure leaves the
             cursor.execute(sql, params)  # request's transaction as it was
     except DatabaseError:  # a read-only replica, or the run just deleted: served unstored
-        log.warning("could not store the page of run %s", run.pk, exc_info=True)
+        log.warning("could not store the page %s", where.subject, exc_info=True)
+
+
+def prune(computed_before: datetime) -> int:
+    """Delete the kept compare and history pages computed before ``computed_before`` (a
+    selection nobody reads any more should not stay forever; a run's own page goes with
+    the run); how many."""
+    from portal.web.models import StoredPage
+
+    stale = StoredPage.objects.filter(created_at__lt=computed_before).exclude(
+        subject__startswith="sb:run:"
+    )
+    return stale.delete()[0]
 
 
 def all_final(runs: Iterable[Any]) -> bool:

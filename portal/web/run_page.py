@@ -141,6 +141,13 @@ def rerun_context(user: AbstractBaseUser | AnonymousUser, run: Run) -> dict[str,
     return out
 
 
+def related_compare(run: Run, rerun_info: dict[str, Any]) -> tuple[list[Run], Run]:
+    """The runs the page's "Compare with the original / its re-runs" link selects, in its
+    order (this run first), and its reference (the original); one run: no link."""
+    related = [rerun_info.get("original"), *rerun_info["reruns"]]
+    return [run, *(r for r in related if r is not None)], rerun_info.get("original") or run
+
+
 def history_point(results: pts.RunResults) -> pts.PointStats | None:
     """The point the history link opens: the best vLLM output tok/s."""
     vllm = [p for p in results.points if p.backend_kind == "vllm" and p.ok and p.axis]
@@ -246,12 +253,13 @@ def results_part(run: Run, manager: bool, reference: str | None = None) -> dict[
     return part
 
 
-def _key(run: Run, manager: bool, reference: str | None = None) -> str | None:
+def _slot(run: Run, manager: bool, reference: str | None = None) -> pagecache.Slot | None:
     if not run.is_final:
         return None
-    if reference is None:  # the default page: the key run_page.warm fills
-        return pagecache.key("run", run.public_id, run.updated_at, manager)
-    return pagecache.key("run", run.public_id, run.updated_at, manager, reference)
+    identity: tuple[Any, ...] = (run.public_id, manager)
+    if reference is not None:  # None: the default page (the one run_page.warm fills)
+        identity += (reference,)
+    return pagecache.slot("run", identity, (run.updated_at,), run.pk)
 
 
 def warm(run: Run) -> dict[str, Any]:
@@ -263,9 +271,7 @@ def warm(run: Run) -> dict[str, Any]:
     if not run.is_final:
         raise ValueError(f"run {run.short_id} is {run.status}: only a finished page is kept")
     parts = {
-        manager: pagecache.get_or_build(
-            _key(run, manager), lambda m=manager: results_part(run, m), run=run
-        )
+        manager: pagecache.get_or_build(_slot(run, manager), lambda m=manager: results_part(run, m))
         for manager in (True, False)
     }
     return parts[True]
@@ -294,16 +300,15 @@ def build(
     manager = queries.may_manage(user, run)
     reference = reference_param(run, reference)
     part = pagecache.get_or_build(
-        _key(run, manager, reference), lambda: results_part(run, manager, reference), run=run
+        _slot(run, manager, reference), lambda: results_part(run, manager, reference)
     )
     rerun_info = rerun_context(user, run)
-    related = [rerun_info.get("original"), *rerun_info["reruns"]]
-    compare_ids = [run.public_id, *(r.public_id for r in related if r is not None)]
+    ordered, reference_run = related_compare(run, rerun_info)
     return {
         **part,
         "run": run,
-        "compare_ids": compare_ids,
-        "compare_baseline": (rerun_info.get("original") or run).public_id,
+        "compare_ids": [r.public_id for r in ordered],
+        "compare_baseline": reference_run.public_id,
         "can_manage": sharing.can_share(user, run),
         "can_cancel": manager and not run.is_final,
         "failure_reason": sharing.failure_reason_for(user, run),

@@ -116,11 +116,39 @@ def test_local_runner_logs_are_deleted_only_where_the_executor_keeps_them(
 @pytest.mark.django_db
 def test_nothing_is_deleted_by_default(make_user):
     run = ended_days_ago(webdata.make_sweep_run(make_user("forever"), [1], seed=1), 3650)
-    assert vars(retention.purge()) == {"samples": [], "telemetry": [], "logs": [], "errors": []}
+    empty = {"samples": [], "telemetry": [], "logs": [], "errors": [], "pages": 0}
+    assert vars(retention.purge()) == empty
     assert all(exists(n) for n in stored(run))
 
 
 @pytest.mark.django_db
+def test_kept_compare_and_history_pages_are_computed_again_after_their_days(make_user, settings):
+    """A compare a reader opened is kept in Postgres; the daily pass deletes it once older
+    than SERVEBENCH_KEPT_PAGES_DAYS (its next reader computes it), never a run's own page."""
+    from django.core.cache import caches
+
+    from portal.web.models import StoredPage
+
+    owner = make_user("alice")
+    a, b = (webdata.make_sweep_run(owner, [1, 4], seed=i) for i in range(2))
+    client = Client()
+    client.force_login(owner)
+    assert client.get(a.get_absolute_url()).status_code == 200
+    url = f"/compare/?runs={a.public_id},{b.public_id}&reference={a.public_id}"
+    assert client.get(url).status_code == 200
+    kinds = sorted(s.split(":")[1] for s in StoredPage.objects.values_list("subject", flat=True))
+    assert kinds == ["compare", "run"]
+    settings.SERVEBENCH_KEPT_PAGES_DAYS = 30
+    assert retention.purge(timezone.now() + timedelta(days=29)).pages == 0
+    assert retention.purge(timezone.now() + timedelta(days=31)).pages == 1
+    assert [s.split(":")[1] for s in StoredPage.objects.values_list("subject", flat=True)] == [
+        "run"
+    ]
+    caches["pages"].clear()
+    assert client.get(url).status_code == 200  # computed again, kept again
+    assert StoredPage.objects.count() == 2
+
+
 def test_staff_see_the_storage_used(make_user, settings):
     settings.SERVEBENCH_RETAIN_SAMPLES_DAYS = 30
     owner = make_user("owner")

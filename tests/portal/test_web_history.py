@@ -80,7 +80,8 @@ def test_the_history_runs_the_same_queries_for_4_or_40_runs(
     with CaptureQueriesContext(connection) as many:
         page = client.get(url)
     assert len(page.context["history"].points) == 40
-    assert len(few.captured_queries) == len(many.captured_queries) <= 6
+    # 6 build it, 4 look for it in Postgres and keep it there (the insert in a savepoint)
+    assert len(few.captured_queries) == len(many.captured_queries) <= 10
 
 
 def test_other_peoples_private_runs_stay_out_of_the_history(

@@ -12,8 +12,9 @@ page that says what to do instead of an empty comparison.
 
 Everything the page shows comes from ``portal.benchmarks.compare`` (the verdict engine's
 words; only what it calls worse or better is coloured). When every run is finished the
-rendered comparison is cached (``portal.web.pagecache``), keyed by each run's
-``updated_at`` and the stamp of the baseline's series (the runs its noise history reads).
+rendered comparison is kept (``portal.web.pagecache``: the cache, then Postgres), keyed by
+each run's ``updated_at`` and the stamp of the baseline's series (the runs its noise
+history reads); a run that ends builds the compare its page links to (``portal.web.warm``).
 The context's ``comparison`` and ``figures`` are there when this request computed them
 (None when the page came from the cache).
 """
@@ -81,19 +82,20 @@ def _series_stamp(user: AbstractBaseUser | AnonymousUser, base: Run) -> tuple[in
     return found["n"], found["last"]
 
 
-def cache_key(
+def cache_slot(
     kind: str, user: AbstractBaseUser | AnonymousUser, ordered: list[Run], base: Run
-) -> str | None:
-    """The pages-cache key of the comparison of ``ordered`` against ``base`` for ``user``
-    (``kind``: the web page's rendered part, or the API's answer), None while a run is
-    unfinished (not cached then): each run's ``updated_at`` and the series' stamp."""
+) -> pagecache.Slot | None:
+    """Where the comparison of ``ordered`` against ``base`` for ``user`` is kept (``kind``:
+    the web page's rendered part, or the API's answer), None while a run is unfinished
+    (not kept then): its stamps are each run's ``updated_at`` and the series' stamp; it
+    goes with the reference run."""
     if not pagecache.all_final(ordered):
         return None
     stamp = _series_stamp(user, base)
     who = user.pk if user.is_authenticated else "anon"
     changed = [r.updated_at for r in ordered]
     ids = [r.public_id for r in ordered]
-    return pagecache.key(kind, who, ids, base.public_id, changed, stamp)
+    return pagecache.slot(kind, (who, ids, base.public_id), (changed, stamp), base.pk)
 
 
 @require_GET
@@ -125,18 +127,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
     if given != ([",".join(full)], baseline, 2):
         return redirect(canonical)
     ordered = [runs[i] for i in full]
-    key = cache_key("compare", request.user, ordered, runs[baseline])
     fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
-
-    def build() -> dict[str, Any]:
-        try:
-            fresh["comparison"] = cmp.compare(request.user, full, baseline)
-        except Run.DoesNotExist:
-            raise _not_found() from None
-        fresh["figures"] = figures.compare_figures(fresh["comparison"])
-        return comparison_part(fresh["comparison"], fresh["figures"], full)
-
-    part = pagecache.get_or_build(key, build)
+    part = cached_part(request.user, ordered, runs[baseline], fresh)
     context = {
         **part,
         "comparison": fresh.get("comparison"),
@@ -148,6 +140,29 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         + urlencode({"runs": ",".join(full), "reference": baseline}),
     }
     return render(request, "web/compare.html", context)
+
+
+def cached_part(
+    user: AbstractBaseUser | AnonymousUser,
+    ordered: list[Run],
+    base: Run,
+    fresh: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The rendered comparison of ``ordered`` (visible to ``user``) against ``base``: kept
+    (``cache_slot``) when every run is finished; ``fresh`` gets the objects behind it when
+    built here. Http404 when a run is not visible."""
+    fresh = {} if fresh is None else fresh
+    ids = [r.public_id for r in ordered]
+
+    def build() -> dict[str, Any]:
+        try:
+            fresh["comparison"] = cmp.compare(user, ids, base.public_id)
+        except Run.DoesNotExist:
+            raise _not_found() from None
+        fresh["figures"] = figures.compare_figures(fresh["comparison"])
+        return comparison_part(fresh["comparison"], fresh["figures"], ids)
+
+    return pagecache.get_or_build(cache_slot("compare", user, ordered, base), build)
 
 
 def comparison_part(

@@ -1,11 +1,11 @@
 """The history page: /history/<fingerprint>/?metric=output_throughput&point=<key>.
 
 When every run of the series the reader sees is finished, the rendered history is
-cached (``portal.web.pagecache``), keyed by the series' stamp: how many of its runs the
-reader sees and the latest ``updated_at`` among them (a new run, a finished one or a
-sharing change makes a new key). Only the rendered HTML is kept (a ``History`` of 1,000
-runs is slow to unpickle); the context's ``history`` and ``figures`` are there when this
-request computed them.
+kept (``portal.web.pagecache``: the cache, then Postgres), keyed by the series' stamp:
+how many of its runs the reader sees and the latest ``updated_at`` among them (a new
+run, a finished one or a sharing change makes a new key). Only the rendered HTML is
+kept (a ``History`` of 1,000 runs is slow to unpickle); the context's ``history`` and
+``figures`` are there when this request computed them.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from portal.web.figures.common import by_sweep, chart
 TABLE_ROWS = 100  # the chart shows every run; the table the newest ones
 
 
-def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[int, Any, int]:
+def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[int, Any, int, Any]:
     """(runs the reader sees in the series, their latest updated_at, how many of them are
-    still active): one indexed aggregate."""
+    still active, the newest one's id): one indexed aggregate."""
     found = (
         queries.visible_runs(user)
         .filter(fingerprint=fingerprint)
@@ -39,29 +39,32 @@ def _stamp(user: AbstractBaseUser | AnonymousUser, fingerprint: str) -> tuple[in
             n=Count("id"),
             last=Max("updated_at"),
             active=Count("id", filter=~Q(status__in=FINAL_STATUSES)),
+            newest=Max("id"),
         )
     )
-    return found["n"], found["last"], found["active"]
+    return found["n"], found["last"], found["active"], found["newest"]
 
 
-def cache_key(
+def cache_slot(
     user: AbstractBaseUser | AnonymousUser,
     fingerprint: str,
     metric: str,
     point: str | None,
     backend: str | None,
     kind: str = "history",
-) -> str | None:
-    """The history's pages-cache key for this reader (``kind``: the web page's rendered
-    part, or the API's answer), None while a run of the series it sees is in flight (not
-    cached then); Http404 when it sees none."""
-    count, last, active = _stamp(user, fingerprint)
+) -> pagecache.Slot | None:
+    """Where the history is kept for this reader (``kind``: the web page's rendered part,
+    or the API's answer; stamped with the series' stamp, gone with its newest run), None
+    while a run of the series it sees is in flight (not kept then); Http404 when it sees
+    none."""
+    count, last, active, newest = _stamp(user, fingerprint)
     if not count:
         raise Http404("No run with this fingerprint that you can see.")
     if active:
         return None
     who = user.pk if user.is_authenticated else "anon"
-    return pagecache.key(kind, who, fingerprint, metric, point, backend, count, last)
+    identity = (who, fingerprint, metric, point, backend)
+    return pagecache.slot(kind, identity, (count, last), newest)
 
 
 def _part(
@@ -71,9 +74,9 @@ def _part(
     point: str | None,
     backend: str | None,
     fresh: dict[str, Any],
-    key: str | None,
+    where: pagecache.Slot | None,
 ) -> dict[str, Any]:
-    """The rendered history body, from the pages cache under ``key`` (``cache_key``); ``fresh``
+    """The rendered history body, kept in ``where`` (``cache_slot``); ``fresh``
     gets the objects behind it when built here. Raises Http404 (no run the reader sees),
     hist.HistoryError (a bad parameter)."""
 
@@ -87,24 +90,24 @@ def _part(
         }
 
     try:
-        return pagecache.get_or_build(key, build)
+        return pagecache.get_or_build(where, build)
     except Run.DoesNotExist:
         raise Http404("No run with this fingerprint that you can see.") from None
 
 
 def warm(run: Run, point: str, backend: str) -> bool:
     """Build the history the finished ``run``'s page links to (its series, output tok/s
-    at ``point`` on ``backend``) into the pages cache, as its owner and, for a public
+    at ``point`` on ``backend``) where pages are kept, as its owner and, for a public
     run, as a visitor sees it; False when the series still has a run in flight (its
-    history is not cached then)."""
+    history is not kept then)."""
     readers: list[AbstractBaseUser | AnonymousUser] = [run.owner]
     if run.is_public:
         readers.append(AnonymousUser())
     for reader in readers:
-        key = cache_key(reader, run.fingerprint, "output_throughput", point, backend)
-        if key is None:
+        where = cache_slot(reader, run.fingerprint, "output_throughput", point, backend)
+        if where is None:
             return False
-        _part(reader, run.fingerprint, "output_throughput", point, backend, {}, key)
+        _part(reader, run.fingerprint, "output_throughput", point, backend, {}, where)
     return True
 
 
@@ -117,8 +120,8 @@ def history_page(request: HttpRequest, fingerprint: str) -> HttpResponse:
         raise Http404("No run with this fingerprint that you can see.")
     fresh: dict[str, Any] = {}  # the objects behind the page, when this request built it
     try:
-        key = cache_key(request.user, fingerprint, metric, point, backend)
-        part = _part(request.user, fingerprint, metric, point, backend, fresh, key)
+        where = cache_slot(request.user, fingerprint, metric, point, backend)
+        part = _part(request.user, fingerprint, metric, point, backend, fresh, where)
     except hist.HistoryError as exc:
         context = {"error": f"{exc.field}: {exc}", "fingerprint": fingerprint}
         return render(request, "web/history.html", context, status=400)
