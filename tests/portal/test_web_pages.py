@@ -114,6 +114,41 @@ def test_the_list_filters_and_shows_only_visible_runs(make_run: Any, make_user: 
     assert bad.status_code == 200 and "unknown status" in bad.content.decode()
 
 
+def test_the_list_counts_up_to_a_cap_and_pages_past_it(
+    make_run: Any, make_user: Any, monkeypatch: Any
+) -> None:
+    """Counting every visible run grows with the table: the list counts up to COUNT_CAP,
+    says "More than N" past it and pages on without a last page; under it, the exact
+    count and "page X of Y"; a page past the end is the last one."""
+    import re
+
+    from portal.web.views import runs as run_views
+
+    alice = make_user("alice")
+    made = [make_run(owner=alice) for _ in range(7)]
+    make_run(owner=make_user("bob"))  # private to bob: never counted
+    client = signed_in(alice)
+    monkeypatch.setattr(run_views, "PAGE_SIZE", 3)
+
+    def shown(url: str) -> tuple[str, str, list[Run]]:
+        page = client.get(url)
+        html = page.content.decode()
+        count = re.search(r'id="run-count">([^<]*)', html).group(1)
+        pager = re.search(r"<span>(page [^<]*)</span>", html)
+        return count, pager.group(1) if pager else "", page.context["runs"]
+
+    monkeypatch.setattr(run_views, "COUNT_CAP", 100)
+    assert shown("/runs/")[:2] == ("7 runs you can see.", "page 1 of 3")
+    assert shown("/runs/?page=9")[1:] == ("page 3 of 3", made[:1])  # the last page
+    monkeypatch.setattr(run_views, "COUNT_CAP", 5)
+    count, pager, first = shown("/runs/")
+    assert (count, pager) == ("More than 5 runs you can see.", "page 1")
+    assert first == made[::-1][:3]
+    count, pager, third = shown("/runs/?page=3")
+    assert pager == "page 3" and third == made[:1]  # past the cap, every run is reachable
+    assert shown("/runs/?page=x")[1] == "page 1"
+
+
 def test_a_list_row_shows_labels_progress_gpu_backends_and_escapes_names(
     make_run: Any,
 ) -> None:
