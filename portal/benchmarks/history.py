@@ -263,7 +263,7 @@ def history(
             versions={label: str(r[f"v{i}"] or "") for i, (label, _) in enumerate(VERSIONS)},
             run_pk=r["run_id"],
             configuration=r["run__config_fingerprint"] or "",
-            labels=list(r["labels"] or []),
+            labels=queries.sorted_labels(r["labels"]),
         )
         for r in reversed(rows[:limit])
     ]

@@ -280,7 +280,9 @@ def warm(run: Run) -> dict[str, Any]:
 def run_labels(run: Run) -> list[str]:
     """The run's labels: read with the run (``queries.get_visible_run``), else one query."""
     found = getattr(run, "label_list", None)
-    return list(found) if found is not None else baselines.labels_of([run.pk]).get(run.pk, [])
+    if found is not None:
+        return queries.sorted_labels(found)
+    return baselines.labels_of([run.pk]).get(run.pk, [])
 
 
 def reference_param(run: Run, value: str | None) -> str | None:

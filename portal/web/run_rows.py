@@ -10,24 +10,32 @@ is escaped here (``escape``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import tzinfo
 from typing import Any
 
-from django.template.defaultfilters import date as date_filter
 from django.template.defaultfilters import floatformat, timesince_filter
+from django.utils import timezone
 from django.utils.html import conditional_escape as escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
+from portal.benchmarks.models import RunStatus
+
 LIVE = ("running", "dispatched")
+
+
+# What a status reads as (Run.get_status_display, without its per-call field lookup).
+STATUS_WORDS = dict(RunStatus.choices)
 
 
 def run_rows(runs: Iterable[Any], selectable: bool = False) -> SafeString:
     """The ``<tr>`` of each run: name and labels, status (progress while live), best
     output tok/s, model, GPU, backends, owner, age."""
-    return mark_safe("".join(_row(run, selectable) for run in runs))  # noqa: S308 - escaped
+    zone = timezone.get_current_timezone()
+    return mark_safe("".join(_row(run, selectable, zone) for run in runs))  # noqa: S308 - escaped
 
 
-def _row(run: Any, selectable: bool) -> str:
+def _row(run: Any, selectable: bool, zone: tzinfo) -> str:
     short = escape(run.short_id)
     pick = (
         f'<td><input type="checkbox" name="runs" value="{escape(run.public_id)}" '
@@ -38,7 +46,7 @@ def _row(run: Any, selectable: bool) -> str:
     labels = "".join(
         f' <span class="badge label" title="label: latest:{escape(label)} finds it">'
         f"{escape(label)}</span>"
-        for label in getattr(run, "label_list", None) or ()
+        for label in sorted(getattr(run, "label_list", None) or ())
     )
     progress = (
         f'<br><span class="muted">{escape(run.progress_done)}/{escape(run.progress_total)}</span>'
@@ -48,20 +56,21 @@ def _row(run: Any, selectable: bool) -> str:
     best = getattr(run, "best_output_throughput", None)
     times = f" \N{MULTIPLICATION SIGN}{escape(run.gpu_count)}" if run.gpu_count else ""
     gpu = escape(run.gpu_name or "—") + times
-    created = template_localtime(run.created_at)
+    created = run.created_at.astimezone(zone)  # as template_localtime, for an aware time
     return (
         f"<tr>{pick}"
         f'<td class="run-col"><a href="{escape(run.get_absolute_url())}">'
         f"{escape(run.name or run.short_id)}</a><br>"
         f'<span class="muted mono">{short}</span>{labels}</td>'
-        f'<td><span class="badge {escape(run.status)}">{escape(run.get_status_display())}</span>'
+        f'<td><span class="badge {escape(run.status)}">'
+        f"{escape(STATUS_WORDS.get(run.status, run.status))}</span>"
         f"{progress}</td>"
         f'<td class="num">{escape(floatformat(best, 1)) if best else "—"}</td>'
         f'<td class="mono">{escape(run.model_id)}</td>'
         f"<td>{gpu}</td>"
         f"<td>{', '.join(escape(b) for b in run.backend_display)}</td>"
         f"<td>{escape(run.owner.get_username())}</td>"
-        f'<td title="{escape(date_filter(created, "c"))}">{escape(timesince_filter(created))} ago'
+        f'<td title="{escape(created.isoformat())}">{escape(timesince_filter(created))} ago'
         "</td></tr>"
     )
 

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -34,7 +34,7 @@ from portal.benchmarks import (
     runview,
     sharing,
 )
-from portal.benchmarks.models import PUBLIC_ID_LENGTH, Measurement, Run
+from portal.benchmarks.models import PUBLIC_ID_LENGTH, Run
 from portal.benchmarks.queue import queue_info
 from portal.web import run_notes, run_page, tables
 from portal.web.forms import RunForm, preset_yaml
@@ -47,13 +47,14 @@ COUNT_CAP = 1_000
 
 
 class RunPage:
-    """One page of the runs list (``number`` from 1): its runs, and how many match, exact
+    """One page of the runs list (``number`` from 1): its runs (with their best output
+    tok/s, ``queries.with_best_throughput``), and how many match, exact
     up to ``COUNT_CAP`` (``more``: there are more; no last page then). A page past the
     end is the last one, as Django's ``Paginator.get_page`` does."""
 
     def __init__(self, runs: QuerySet[Run], number: str | None) -> None:
         size = PAGE_SIZE
-        self.count = runs.order_by()[: COUNT_CAP + 1].count()
+        self.count = runs.order_by().values("pk")[: COUNT_CAP + 1].count()
         self.more = self.count > COUNT_CAP
         self.count = min(self.count, COUNT_CAP)
         self.num_pages = None if self.more else max(1, -(-self.count // size))
@@ -63,7 +64,8 @@ class RunPage:
             wanted = 1
         self.number = wanted if self.num_pages is None else min(wanted, self.num_pages)
         start = (self.number - 1) * size
-        found = list(runs[start : start + size + 1])  # one more: is there a next page?
+        page = queries.with_best_throughput(runs)[start : start + size + 1]
+        found = list(page)  # one more than the page: is there a next page?
         self.object_list = found[:size]
         self.has_next = len(found) > size
         self.has_previous = self.number > 1
@@ -137,16 +139,6 @@ def run_list(request: HttpRequest) -> HttpResponse:
         filters, error = queries.RunFilters(), f"{exc.field}: {exc}"
     page = RunPage(queries.run_list(request.user, filters), request.GET.get("page"))
     runs = page.object_list
-    best = dict(
-        queries.current(
-            Measurement.objects.filter(run__in=[r.pk for r in runs], status="succeeded")
-        )
-        .values("run_id")
-        .annotate(best=Max("output_throughput"))
-        .values_list("run_id", "best")
-    )
-    for run in runs:
-        run.best_output_throughput = best.get(run.pk)
     context = {
         "page": page,
         "runs": runs,
