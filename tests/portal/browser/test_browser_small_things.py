@@ -1,7 +1,8 @@
 """Small things a newcomer trips over (issue 29, item 5), in Chromium at 1280 and 390 px:
 a history of one run (or of runs seconds apart) reads in minutes, one slot per run; the
 runs list shows each backend once; CSV standard deviations are empty for one repeat; the
-API tokens page, the compare table and the telemetry charts fit a phone."""
+API tokens page, the compare table and the telemetry charts fit a phone; past its count
+cap the runs list pages on to the oldest run (item 7)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,42 @@ def test_the_runs_list_shows_each_backend_once(page: Any, make_user: Any) -> Non
         assert cell == "hf-sequential, vllm, vllm-eager (vllm)"
         page.assert_fits()
         page.shot(f"runs-list-backends-{width}")
+
+
+def test_the_runs_list_past_its_count_cap_pages_on_to_the_oldest_run(
+    page: Any, make_user: Any, monkeypatch: Any
+) -> None:
+    """Past COUNT_CAP the list says "More than N", numbers its pages without a last one,
+    and "older" reaches every run (issue 29, item 7: the exact count grew with the
+    table)."""
+    from portal.benchmarks import intake
+    from portal.web.views import runs as run_views
+
+    monkeypatch.setattr(run_views, "COUNT_CAP", 3)
+    monkeypatch.setattr(run_views, "PAGE_SIZE", 2)
+    user = make_user("omar")
+    spec = webdata.sweep_spec([1])
+    names = [f"run {i}" for i in range(5)]
+    for name in names:
+        intake.create_run(user, spec, name)
+    page.sign_in(user.username, "pw-omar")
+    for width in WIDTHS:
+        page.page.set_viewport_size({"width": width, "height": 900})
+        page.goto("/runs/")
+        assert page.page.inner_text("#run-count") == "More than 3 runs you can see."
+        assert page.page.inner_text(".pager span") == "page 1"
+        seen = []
+        for number in (1, 2, 3):
+            seen += page.page.locator("td.run-col a").all_inner_texts()
+            assert page.page.inner_text(".pager span") == f"page {number}"
+            page.assert_fits()
+            page.shot(f"runs-list-past-the-cap-page-{number}-{width}")
+            if number < 3:
+                with page.page.expect_navigation():
+                    page.page.click("text=older →")
+        assert seen == names[::-1]
+        assert page.page.locator("text=older →").count() == 0  # the oldest run: no next
+    assert page.console_errors == []
 
 
 def test_csv_std_columns_are_empty_for_one_repeat(page: Any, make_user: Any) -> None:
