@@ -16,6 +16,11 @@ after each test that uses the live server, so ``real_runs`` puts those rows back
 each test: every test sees the same two real runs without another benchmark. The whole
 stack's end-to-end check (the numbers in the database, the API and the run page) reads
 the first of them too, so the suite runs that path once.
+
+The vLLM servers run eager (``enforce_eager``, in every run alike, so no comparison sees
+it change): torch.compile's warm-up cost each start 10-30 s on 2 cores, and what this
+module checks is the CLI and the stack, not the compiled model (the session's shared
+server, ``tests/shared_servers.py``, runs compiled).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ pytestmark = [
 ]
 
 
+VLLM = {"kind": "vllm", "enforce_eager": True}  # every run's (see the module docstring)
+
+
 def real_spec(model: str) -> dict[str, Any]:
     return {
         "name": "servebench CLI on the tiny model",
@@ -53,7 +61,7 @@ def real_spec(model: str) -> dict[str, Any]:
         "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
         "backends": [
             {"kind": "hf-sequential", "num_prompts": 4, "num_warmups": 0},
-            {"kind": "vllm"},
+            dict(VLLM),
         ],
         "resources": {"gpu_count": 0, "timeout_minutes": 20},
     }
@@ -65,7 +73,7 @@ def flag_spec(model: str) -> dict[str, Any]:
     Without the HF baseline, which the change does not touch: which backends a run has is
     its configuration, not its measurement, so the pair stays comparable."""
     spec = real_spec(model)
-    spec["backends"] = [{"kind": "vllm", "max_num_seqs": 1}]
+    spec["backends"] = [{**VLLM, "max_num_seqs": 1}]
     spec["repeats"] = 3
     return spec
 
