@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime
 
 from portal.benchmarks.models import RunStatus
+from portal.benchmarks.queries import sorted_labels
 
 LIVE = ("running", "dispatched")
 
@@ -46,7 +47,7 @@ def _row(run: Any, selectable: bool, zone: tzinfo) -> str:
     labels = "".join(
         f' <span class="badge label" title="label: latest:{escape(label)} finds it">'
         f"{escape(label)}</span>"
-        for label in sorted(getattr(run, "label_list", None) or ())
+        for label in sorted_labels(getattr(run, "label_list", None))
     )
     progress = (
         f'<br><span class="muted">{escape(run.progress_done)}/{escape(run.progress_total)}</span>'

@@ -14,7 +14,9 @@ The runner's "finished" report builds, where every web process reads them (Postg
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from portal.benchmarks import reproduce
 from portal.benchmarks.models import Run
 from portal.web import run_page
 from portal.web.views import compare, history
@@ -49,12 +51,16 @@ def _compares(run: Run) -> list[str]:
     """Build the compares the pages of ``run`` and of its original link to, as the owner
     sees them (finished runs only: an unfinished one is not kept)."""
     built: list[str] = []
-    info = run_page.rerun_context(run.owner, run)
-    pages = [(run, info)]
-    original = info.get("original")
+    original = reproduce.original_of(run.owner, run)
+    originals = {run: original}  # each page's run -> its original (None: not a re-run)
     if original is not None:
-        pages.append((original, run_page.rerun_context(run.owner, original)))
-    for page_run, page_info in pages:
+        originals[original] = reproduce.original_of(run.owner, original)
+    for page_run, its_original in originals.items():
+        # What the page's link reads (not run_page.rerun_context: its reproduction
+        # verdict is a comparison of its own, not needed here).
+        page_info: dict[str, Any] = {"reruns": reproduce.reruns_of(run.owner, page_run)}
+        if its_original is not None:
+            page_info["original"] = its_original
         ordered, reference = run_page.related_compare(page_run, page_info)
         if len(ordered) > 1 and all(r.is_final for r in ordered):
             compare.cached_part(run.owner, ordered, reference)
