@@ -293,6 +293,11 @@ SERVEBENCH_MAX_MEASUREMENT_BYTES = env.integer(
     "SERVEBENCH_MAX_MEASUREMENT_BYTES", 256_000_000, minimum=1024
 )
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(SERVEBENCH_MAX_SPEC_BYTES, SERVEBENCH_MAX_MEASUREMENT_BYTES)
+# A point's full per-request samples uploaded as a stream (runners.samplesfile: points
+# past ~2 million numbers), inflated; spooled to a temporary file, never held in memory.
+SERVEBENCH_MAX_SAMPLES_BYTES = env.integer(
+    "SERVEBENCH_MAX_SAMPLES_BYTES", 50_000_000_000, minimum=1024
+)
 
 # ----- What users may ask of runners, and security headers
 # (portal/benchmarks/policy.py, portal/lib/security.py): begin

@@ -14,13 +14,18 @@ import gzip
 import json
 import logging
 import random
+import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import requests
 
+from runners import samplesfile
 from runners.egress import Egress, EgressRefused
-from runners.result import Event, Measurement
+from runners.result import Event, FullSamples, Measurement
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +92,33 @@ class Reporter:
         return self._post("events", event.model_dump(mode="json", exclude_none=True), max_elapsed_s)
 
     def measurement(self, measurement: Measurement) -> dict[str, Any]:
+        """Post ``measurement``; arrays past ``samplesfile.inline_values()`` numbers are
+        uploaded as a stream first and the measurement carries a reading sample of them
+        (``runners.samplesfile``)."""
+        limit = samplesfile.inline_values()
+        if measurement.samples_full is None and samplesfile.values_in(measurement.detail) > limit:
+            measurement = self._upload_samples(measurement, limit)
         return self._post("measurements", measurement.model_dump(mode="json"), None)
+
+    def _upload_samples(self, m: Measurement, limit: int) -> Measurement:
+        """``PUT {url}/samples?backend=&point=&repeat=`` with the full arrays (a file
+        streamed from disk, retried like a post); ``m`` with a reading sample instead."""
+        with tempfile.TemporaryDirectory(prefix="servebench-samples-") as tmp:
+            path = Path(tmp) / "samples.json.gz"
+            size, digest = samplesfile.write_file(m.detail, path)
+            params = {"backend": m.backend, "point": m.point.key, "repeat": str(m.repeat)}
+            headers = {"Content-Type": "application/gzip", "X-Content-SHA256": digest}
+            self._send("PUT", "samples", partial(path.open, "rb"), headers, None, params)
+        seed = f"{m.backend}|{m.point.key}|{m.repeat}"
+        sample, kept = samplesfile.reading_sample(m.detail, limit, seed)
+        full = FullSamples(
+            requests=samplesfile.requests_in(m.detail), kept=kept, bytes=size, sha256=digest
+        )
+        log.info(
+            "%s %s #%s: %d requests' samples uploaded (%d bytes); the measurement carries %d",
+            m.backend, m.point.key, m.repeat, full.requests, size, kept,
+        )  # fmt: skip
+        return m.model_copy(update={"detail": sample, "samples_full": full})
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after and retry_after.strip().isdigit():
@@ -97,15 +128,29 @@ class Reporter:
         return random.uniform(0, cap)  # noqa: S311 (jitter, not cryptography)
 
     def _post(self, path: str, body: dict[str, Any], max_elapsed_s: float | None) -> dict[str, Any]:
+        data, headers = encode(body)
+        return self._send("POST", path, lambda: data, headers, max_elapsed_s)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Callable[[], Any],
+        headers: dict[str, str],
+        max_elapsed_s: float | None,
+        params: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Send ``body()`` (bytes, or a binary file opened anew for each attempt, closed
+        after it) until the portal accepts it, retrying as the module says."""
         deadline = time.monotonic() + (max_elapsed_s or self.max_elapsed_s)
         url = f"{self.url}/{path}"
-        data, headers = encode(body)
         attempt = 0
         while True:
             retry_after = None
+            data = body()
             try:
-                response = self._session.post(
-                    url, data=data, headers=headers, timeout=self.timeout_s
+                response = self._session.request(
+                    method, url, data=data, headers=headers, params=params, timeout=self.timeout_s
                 )
             except EgressRefused as exc:  # a redirect: final, nothing was sent there
                 raise ReportRejected(exc.status or 0, str(exc)) from None
@@ -123,10 +168,13 @@ class Reporter:
                     raise ReportRejected(response.status_code, response.text)
                 problem = f"HTTP {response.status_code}"
                 retry_after = response.headers.get("Retry-After")
+            finally:
+                if hasattr(data, "close"):
+                    data.close()
             delay = self._delay(attempt, retry_after)
             if time.monotonic() + delay > deadline:
-                raise ReportError(f"POST {url} kept failing ({problem}); gave up after retries")
-            log.warning("POST %s failed (%s); retrying in %.1f s", url, problem, delay)
+                raise ReportError(f"{method} {url} kept failing ({problem}); gave up after retries")
+            log.warning("%s %s failed (%s); retrying in %.1f s", method, url, problem, delay)
             time.sleep(delay)
             attempt += 1
 

@@ -108,6 +108,18 @@ class PointInfo(BaseModel):
     request_rate: Amount | None = None
 
 
+class FullSamples(BaseModel):
+    """The full per-request arrays of a measurement that carries a reading sample of
+    them (``runners.samplesfile``): uploaded to the portal before the measurement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: Count = Field(description="Requests in the full arrays.")
+    kept: Count = Field(description="Requests in the reading sample ('detail').")
+    bytes: Count = Field(description="Size of the uploaded gzip-compressed JSON.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the upload.")
+
+
 class ServerMetrics(BaseModel):
     """Deltas and peaks read from the vLLM server's /metrics around one point."""
 
@@ -173,6 +185,14 @@ class Measurement(BaseModel):
     detail: dict[str, Any] = Field(
         default_factory=dict,
         description="Per-request arrays: input_lens, output_lens, ttfts, itls, latencies, errors.",
+    )
+    samples_full: FullSamples | None = Field(
+        None,
+        description=(
+            "Set when the per-request arrays were too large to travel inline "
+            "(runners.samplesfile): 'detail' is then a reading sample of them and the full "
+            "arrays were uploaded before this measurement (PUT .../samples)."
+        ),
     )
     conditions: dict[str, Any] = Field(
         default_factory=dict,

@@ -2,6 +2,9 @@
 
 ``POST /api/v1/runner/runs/{id}/events``        -> 200 {"ok": true, "run_status": ...}
 ``POST /api/v1/runner/runs/{id}/measurements``  -> 201 created | 200 already stored
+``PUT  /api/v1/runner/runs/{id}/samples?backend=&point=&repeat=`` -> 201 (a large point's
+     full per-request samples, gzip-compressed JSON streamed to storage before the
+     measurement that names them: ``runners.samplesfile``)
 
 401 without a valid run token, 403 with another run's token, 404 for an unknown run,
 409 once the run has ended (the runner stops), 400 for a body that does not validate.
@@ -25,7 +28,7 @@ from portal.api.errors import ApiError
 from portal.api.parsers import JSONParser
 from portal.api.serializers import AcceptedSerializer, MeasurementAcceptedSerializer
 from portal.api.views import check_body_size
-from portal.benchmarks import ingestion
+from portal.benchmarks import ingestion, samplestore
 from portal.benchmarks.models import Environment, Run
 from portal.dispatch.executors import ExecutorError, get_executor
 from portal.lib.logctx import bound_run
@@ -156,3 +159,49 @@ class RunnerMeasurements(RunnerView):
             except ingestion.StorageUnavailable as exc:
                 raise ApiError(503, "storage_unavailable", str(exc)) from None
         return Response({"ok": True, "created": created}, status=201 if created else 200)
+
+
+class RunnerSamples(RunnerView):
+    """A large point's full per-request samples (``runners.samplesfile``), read from the
+    request a chunk at a time and spooled to disk: never parsed, never held in memory."""
+
+    @extend_schema(
+        operation_id="runner_samples",
+        request={"application/gzip": OpenApiTypes.BINARY},
+        responses={201: OpenApiTypes.OBJECT},
+        description=(
+            "The full per-request arrays of one measurement (gzip-compressed JSON), before "
+            "the measurement that names them in samples_full; query: backend, point, repeat; "
+            "header X-Content-SHA256. Idempotent: a retry replaces the upload."
+        ),
+    )
+    def put(self, request: Request, public_id: str) -> Response:
+        run = self.run_for(request, public_id)
+        query = request.query_params
+        backend, point = query.get("backend", ""), query.get("point", "")
+        for field, value in (("backend", backend), ("point", point)):
+            if not value:
+                raise ApiError(400, "invalid", f"{field}: required (the measurement's {field})")
+        try:
+            repeat = int(query.get("repeat", ""))
+        except ValueError:
+            raise ApiError(400, "invalid", "repeat: required, a whole number") from None
+        sha256 = request.headers.get("X-Content-SHA256", "").strip().lower()
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise ApiError(400, "invalid", "X-Content-SHA256: required, the body's SHA-256 in hex")
+        raw_length = request.META.get("CONTENT_LENGTH") or ""
+        if not raw_length.isdigit() or int(raw_length) == 0:
+            raise ApiError(411, "length_required", "Content-Length: required, the body's size")
+        if request.content_type != "application/gzip":
+            raise ApiError(415, "unsupported_media_type", "Content-Type: send application/gzip")
+        with bound_run(run.public_id):
+            try:
+                size = ingestion.ingest_samples(
+                    run, backend, point, repeat, request._request, int(raw_length), sha256
+                )
+            except samplestore.UploadRefused as exc:
+                code = "too_large" if exc.status == 413 else "invalid"
+                raise ApiError(exc.status, code, str(exc)) from None
+            except ingestion.StorageUnavailable as exc:
+                raise ApiError(503, "storage_unavailable", str(exc)) from None
+        return Response({"ok": True, "bytes": size}, status=201)

@@ -65,6 +65,12 @@ urlpatterns = [
         runner_views.RunnerMeasurements.as_view(),
         name="runner-measurements",
     ),
+    path(
+        "runner/runs/<str:public_id>/samples",
+        runner_views.RunnerSamples.as_view(),
+        name="runner-samples",
+    ),
+    path("runs/<str:public_id>/samples", views.RunSamples.as_view(), name="run-samples"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's start-up code as a script file of its own, and the
     # Redoc page is ours: no inline script, so the Content-Security-Policy holds here too.

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views import defaults
 from django.views.decorators.cache import never_cache
@@ -45,8 +45,8 @@ from portal.api.serializers import (
     paginated,
     run_summaries,
 )
-from portal.benchmarks import documents, intake, lifecycle, presets, queries, sharing
-from portal.benchmarks.models import Environment, Run
+from portal.benchmarks import documents, intake, lifecycle, presets, queries, samplestore, sharing
+from portal.benchmarks.models import Environment, Measurement, Run
 from runners import spec as rs
 
 log = logging.getLogger(__name__)
@@ -268,6 +268,59 @@ class RunResult(APIView):
             response["Content-Disposition"] = (
                 f'attachment; filename="servebench-{run.public_id}-result.json"'
             )
+        return response
+
+
+class RunSamples(APIView):
+    @extend_schema(
+        operation_id="runs_samples",
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        description=(
+            "One measurement's per-request samples as stored (gzip-compressed JSON of the "
+            "arrays), streamed: the full arrays of a point too large to travel inline "
+            "(samples_full in the result document), else the arrays themselves. Query: "
+            "backend, point, repeat (as in the result document)."
+        ),
+        parameters=[
+            OpenApiParameter("backend", str, required=True),
+            OpenApiParameter("point", str, required=True),
+            OpenApiParameter("repeat", int, required=True),
+        ],
+    )
+    def get(self, request: Request, public_id: str) -> HttpResponse:
+        run = get_run_or_404(request.user, public_id)
+        query = request.query_params
+        try:
+            repeat = int(query.get("repeat", "0"))
+        except ValueError:
+            repeat = -1
+        if not 0 <= repeat < 2**31:
+            raise ApiError(400, "invalid", "repeat: a whole number from 0") from None
+        row = (
+            Measurement.objects.filter(
+                run=run, backend=query.get("backend", ""), point_key=query.get("point", "")
+            )
+            .filter(repeat=repeat)
+            .exclude(samples="")
+            .values_list("samples", "samples_full")
+            .first()
+        )
+        if row is None:
+            raise ApiError(
+                404,
+                "not_found",
+                "this run has no stored samples for that backend, point and repeat (see the "
+                "result document's measurements; samples past their retention are deleted)",
+            )
+        name = samplestore.full_name(row[0]) if row[1] else row[0]
+        try:
+            stream = samplestore.open_stream(name)
+        except FileNotFoundError:
+            raise ApiError(404, "not_found", "these samples were deleted (retention)") from None
+        response = FileResponse(stream, content_type="application/gzip")
+        response["Content-Disposition"] = (
+            f'attachment; filename="servebench-{run.public_id}-samples-{repeat}.json.gz"'
+        )
         return response
 
 

@@ -57,6 +57,7 @@ def measurement_document(
         "commands": row.commands,
         "raw": row.raw,
         "detail": row.detail if detail is None else detail,
+        "samples_full": row.samples_full or None,
         "conditions": row.conditions or {},
         "telemetry": telemetry or {},
         "started_at": _iso(row.started_at),

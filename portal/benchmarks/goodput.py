@@ -42,7 +42,8 @@ def is_good(ttft_s: float, latency_s: float, output_len: int, slo: Mapping[str, 
 
 
 def from_detail(detail: Mapping[str, Any], slo: Mapping[str, float]) -> dict[str, float] | None:
-    """Goodput and attainment from the client's per-request arrays; None if missing."""
+    """Goodput and attainment from the client's per-request arrays; None if missing. A
+    reading sample (``sample_of`` requests in all) counts for the whole point."""
     ttfts = detail.get("ttfts")
     latencies = detail.get("latencies")
     output_lens = detail.get("output_lens")
@@ -59,7 +60,10 @@ def from_detail(detail: Mapping[str, Any], slo: Mapping[str, float]) -> dict[str
             good += 1
     if not completed:
         return None
-    return {"request_goodput": good / duration, "slo_attainment": good / completed}
+    # A reading sample of a larger point (runners.samplesfile): its good share, of all.
+    of = detail.get("sample_of")
+    scale = of / len(ttfts) if isinstance(of, int) and of > len(ttfts) else 1.0
+    return {"request_goodput": good * scale / duration, "slo_attainment": good / completed}
 
 
 def best_point(points: Sequence[T]) -> T | None:

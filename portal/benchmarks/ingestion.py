@@ -25,6 +25,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce, Now
@@ -117,40 +118,50 @@ def check_event(run: Run, event: rr.Event) -> rr.Event:
     return event.model_copy(update=update)
 
 
-def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
-    """The measurement as the run's spec says it is, or IngestRefused: its backend,
-    point and repeat must be ones the spec has (the point's workload is taken from the
-    spec, not the runner), names must fit their columns, text is capped."""
+def check_identity(
+    run: Run, backend_name: str, point_key: str, repeat: int, kind: str | None = None
+) -> tuple[Any, rs.Point]:
+    """The backend and point of the run's spec that (backend, point key, repeat) name, or
+    IngestRefused: they must be ones the spec has (an SLA search's loads included), the
+    backend of ``kind`` when given, and fit their columns."""
     spec = rs.parse_spec(run.spec, stored=True)
-    backend = next((b for b in spec.backends if b.name == m.backend), None)
+    backend = next((b for b in spec.backends if b.name == backend_name), None)
     if backend is None:
         names = ", ".join(b.name for b in spec.backends)
         raise IngestRefused(
-            "backend", f"the run's spec has no backend {m.backend[:64]!r} ({names})"
+            "backend", f"the run's spec has no backend {backend_name[:64]!r} ({names})"
         )
-    if backend.kind != m.backend_kind:
+    if kind is not None and backend.kind != kind:
         raise IngestRefused(
-            "backend_kind", f"backend {backend.name!r} is {backend.kind!r}, not {m.backend_kind!r}"
+            "backend_kind", f"backend {backend.name!r} is {backend.kind!r}, not {kind!r}"
         )
     if isinstance(backend, rs.HFBackend):
         points = {"baseline": rs.hf_point(spec, backend)}
     else:
         points = {p.key: p for p in spec.points()}
-    point = points.get(m.point.key)
-    if point is not None and not 0 <= m.repeat < spec.repeats:
+    point = points.get(point_key)
+    if point is not None and not 0 <= repeat < spec.repeats:
         raise IngestRefused(
-            "repeat", f"the run's spec has repeats 0..{spec.repeats - 1}, not {m.repeat}"
+            "repeat", f"the run's spec has repeats 0..{spec.repeats - 1}, not {repeat}"
         )
-    point = point or _search_point(run, spec, backend, m)
+    point = point or _search_point(run, spec, backend, point_key, repeat)
     if point is None:
         known = ", ".join(list(points)[:8])
         raise IngestRefused(
             "point.key",
-            f"the run's spec has no point {m.point.key[:128]!r} for backend {backend.name!r} "
+            f"the run's spec has no point {point_key[:128]!r} for backend {backend.name!r} "
             f"({known}{', ...' if len(points) > 8 else ''})",
         )
     if len(point.key) > 128 or len(backend.name) > 64:
         raise IngestRefused("point.key", "the point key is longer than 128 characters")
+    return backend, point
+
+
+def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
+    """The measurement as the run's spec says it is, or IngestRefused: its backend,
+    point and repeat must be ones the spec has (the point's workload is taken from the
+    spec, not the runner), names must fit their columns, text is capped."""
+    _backend, point = check_identity(run, m.backend, m.point.key, m.repeat, m.backend_kind)
     if len(m.metrics) > MAX_METRICS or any(len(k) > 64 for k in m.metrics):
         raise IngestRefused("metrics", f"at most {MAX_METRICS} metrics, names of 64 characters")
     for kind, command in m.commands.items():
@@ -177,27 +188,27 @@ def check_measurement(run: Run, m: rr.Measurement) -> rr.Measurement:
     )
 
 
-def _search_point(run: Run, spec: rs.Spec, backend: Any, m: rr.Measurement) -> rs.Point | None:
+def _search_point(
+    run: Run, spec: rs.Spec, backend: Any, point_key: str, repeat: int
+) -> rs.Point | None:
     """The SLA search point a measurement claims to be (``runners.sla``): a load within
     the search's range, on a searched backend, within its point budget; repeat 0, or 1
     for a load measured again after it missed the SLO at 0 (``confirm``; which misses
     the runner confirms is its call: a runner may hold the spec as it was before
     ``confirm`` existed)."""
     search = spec.sla_search
-    value = sla.search_value(spec, m.point.key)
+    value = sla.search_value(spec, point_key)
     if search is None or value is None or backend not in spec.search_backends:
         return None
-    if m.repeat not in (0, 1):
+    if repeat not in (0, 1):
         raise IngestRefused(
             "repeat",
             f"an SLA search measures a load at repeat 0, and a load that missed the SLO once "
-            f"more at repeat 1 (its confirm), not at {m.repeat}",
+            f"more at repeat 1 (its confirm), not at {repeat}",
         )
-    if m.repeat == 1:
+    if repeat == 1:
         first = (
-            Measurement.objects.filter(
-                run=run, backend=backend.name, point_key=m.point.key, repeat=0
-            )
+            Measurement.objects.filter(run=run, backend=backend.name, point_key=point_key, repeat=0)
             .values_list("status", "metrics")
             .first()
         )
@@ -209,7 +220,7 @@ def _search_point(run: Run, spec: rs.Spec, backend: Any, m: rr.Measurement) -> r
             )
     used = (
         Measurement.objects.filter(run=run, backend=backend.name, sweep=search.name)
-        .exclude(point_key=m.point.key, repeat=m.repeat)
+        .exclude(point_key=point_key, repeat=repeat)
         .count()
     )
     if used >= search.max_points:
@@ -431,6 +442,68 @@ def measurement_columns(m: rr.Measurement) -> dict[str, Any]:
     return columns
 
 
+def _check_full_samples(run: Run, m: rr.Measurement) -> int:
+    """The stored size of the full samples ``m.samples_full`` names, or IngestRefused
+    when they were not uploaded (or another upload replaced them)."""
+    assert m.samples_full is not None
+    name = samplestore.full_name(
+        samplestore.object_name(run.public_id, m.backend, m.point.key, m.repeat)
+    )
+    try:
+        stored = samplestore.size(name)
+    except Exception as exc:  # the storage is down: the runner retries a 503
+        storage_failed(run, exc)
+        raise StorageUnavailable(
+            f"the samples storage could not be read ({type(exc).__name__}); retry later"
+        ) from exc
+    if stored is None:
+        raise IngestRefused(
+            "samples_full",
+            "no full samples were uploaded for this measurement: PUT them to "
+            f"/api/v1/runner/runs/{run.public_id}/samples first (runners.samplesfile)",
+        )
+    if stored != m.samples_full.bytes:
+        raise IngestRefused(
+            "samples_full.bytes",
+            f"the uploaded samples are {stored} bytes, not {m.samples_full.bytes}: upload them "
+            "again",
+        )
+    if m.samples_full.kept > m.samples_full.requests:
+        raise IngestRefused("samples_full.kept", "the reading sample has more requests than all")
+    return stored
+
+
+def ingest_samples(
+    run: Run, backend: str, point_key: str, repeat: int, body: Any, length: int, sha256: str
+) -> int:
+    """Store the full per-request samples a measurement will name (``runners.samplesfile``)
+    from the request ``body`` stream of ``length`` bytes; returns the stored size.
+    IngestRefused for a backend, point or repeat the spec does not have; RunFinished once
+    the run ended; samplestore.UploadRefused for a body that is not what it claims;
+    StorageUnavailable when the storage fails."""
+    if run.status in FINAL_STATUSES:
+        raise RunFinished(run)
+    check_identity(run, backend, point_key, repeat)
+    name = samplestore.full_name(samplestore.object_name(run.public_id, backend, point_key, repeat))
+    try:
+        size = samplestore.save_stream(
+            name, body, length, sha256, settings.SERVEBENCH_MAX_SAMPLES_BYTES
+        )
+    except samplestore.UploadRefused:
+        raise
+    except Exception as exc:
+        log.warning("run %s: samples storage failed: %r", run.short_id, exc)
+        storage_failed(run, exc)
+        raise StorageUnavailable(
+            f"the samples storage could not store these samples ({type(exc).__name__}); retry later"
+        ) from exc
+    storage_recovered(run)
+    log.info(
+        "run %s: full samples %s %s #%s (%d bytes)", run.short_id, backend, point_key, repeat, size
+    )
+    return size
+
+
 def storage_failed(run: Run, exc: Exception) -> None:
     """Note on the run that its measurements cannot be stored now (the run page shows it
     with what to do), keeping when it started; the cause is scrubbed and capped."""
@@ -480,6 +553,10 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
         raise RunFinished(run)
     m = energy.apply(run, m)  # energy and cost per token, priced here (benchmarks.energy)
     columns = measurement_columns(m)
+    full_bytes = 0
+    if m.samples_full is not None:
+        full_bytes = _check_full_samples(run, m)
+        columns["samples_full"] = m.samples_full.model_dump()
     if m.detail:
         # The bulky per-request arrays go to object storage first, under a name derived
         # from the measurement's identity: a retry rewrites the same object, and the row
@@ -497,7 +574,7 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
                 "retry later"
             ) from exc
         storage_recovered(run)
-        columns |= {"detail": {}, "samples": name, "samples_bytes": size}
+        columns |= {"detail": {}, "samples": name, "samples_bytes": size + full_bytes}
     try:
         with transaction.atomic():
             row = Measurement.objects.create(**key, **columns)

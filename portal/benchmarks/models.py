@@ -376,7 +376,16 @@ class Measurement(models.Model):
         ),
     )
     samples_bytes = models.BigIntegerField(
-        null=True, blank=True, help_text="Compressed size of the samples object."
+        null=True, blank=True, help_text="Compressed size of the samples object(s)."
+    )
+    samples_full = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "When the arrays were too large to travel inline (runners.samplesfile): the full "
+            "arrays' requests, bytes and SHA-256 (stored under samplestore.full_name); "
+            "'samples' is then a reading sample of 'kept' requests. {} otherwise."
+        ),
     )
     commands = models.JSONField(default=dict, blank=True)
 

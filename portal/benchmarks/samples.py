@@ -9,6 +9,10 @@ reader goes through ``details()``. They are stored in object storage
 ``Measurement.samples``; rows stored before that keep them in ``Measurement.detail``, a
 JSON column that list queries defer, and read the same. ``telemetry()`` reads the
 time series stored beside them (``samplestore.telemetry_name``).
+
+A point whose samples were too large to travel inline (``runners.samplesfile``) is read
+as its reading sample: a uniform random subset of its requests, with ``sample_of`` (the
+full count) among the arrays, so a reader that counts requests scales its count.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from django.db.models.fields.json import KT, KeyTransform
 
 from portal.benchmarks import samplestore
 from portal.benchmarks.models import Measurement
+from runners.samplesfile import SAMPLE_OF
 
 # The per-request arrays a caller may ask for by name; ``itls`` is by far the largest.
 KEYS = ("ttfts", "itls", "latencies", "input_lens", "output_lens", "errors", "start_times")
@@ -59,7 +64,9 @@ def details(
                 detail[name[2:]] = value
         if stored:  # in object storage (portal.benchmarks.samplestore), not in the row
             arrays = samplestore.load(stored)
-            detail |= {k: v for k, v in arrays.items() if wanted is None or k in wanted}
+            detail |= {
+                k: v for k, v in arrays.items() if wanted is None or k in wanted or k == SAMPLE_OF
+            }
         out[pk] = detail
     return out
 

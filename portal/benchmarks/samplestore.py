@@ -16,6 +16,11 @@ is written *before* the row that points at it, so a row never points at nothing.
 A measurement's telemetry (``runners.telemetry``: vLLM's /metrics and NVML time series,
 the GPU summary) is a second object beside its samples (``telemetry_name``), written with
 them, so a chart of it never reads the per-request arrays.
+
+A point too large to travel inside its measurement (``runners.samplesfile``) has its full
+arrays uploaded as a stream (``save_stream``) under ``full_name``, before the measurement;
+the measurement carries a reading sample of them, stored under the usual name, which is
+what every reader reads.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import tempfile
+import zlib
 from typing import Any
 
-from django.core.files.base import ContentFile
+from django.core.files.base import ContentFile, File
 from django.core.files.storage import storages
 
 STORAGE = "samples"
@@ -57,6 +64,96 @@ def object_name(run_public_id: str, backend: str, point_key: str, repeat: int) -
 def telemetry_name(samples_name: str) -> str:
     """The telemetry object beside the samples object ``samples_name``."""
     return samples_name.removesuffix(".json.gz") + ".telemetry.json.gz"
+
+
+def full_name(samples_name: str) -> str:
+    """The full arrays' object beside the reading sample ``samples_name`` (a measurement
+    whose samples were uploaded as a stream: ``runners.samplesfile``)."""
+    return samples_name.removesuffix(".json.gz") + ".full.json.gz"
+
+
+class UploadRefused(ValueError):
+    """An uploaded samples stream that is not what it claims (HTTP 400/413 naming why)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+CHUNK = 1 << 20
+
+
+def save_stream(name: str, stream: Any, length: int, sha256: str, inflated_limit: int) -> int:
+    """Write the gzip-compressed JSON ``stream`` (``length`` bytes: a request body, read
+    a chunk at a time) under ``name`` as it is, without holding it in memory: it is
+    spooled to a temporary file while its SHA-256 is checked against ``sha256`` and it is
+    inflated chunk by chunk to check it is whole gzip of a JSON object no larger than
+    ``inflated_limit`` bytes; then stored (replacing a previous attempt's). Returns the
+    size. UploadRefused when it is not; OSError (or the backend's) when the storage fails."""
+    digest = hashlib.sha256()
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    inflated = 0
+    first = last = b""
+    received = 0
+    with tempfile.TemporaryFile(prefix="servebench-samples-") as spool:
+        while received < length:
+            chunk = stream.read(min(CHUNK, length - received))
+            if not chunk:
+                break
+            received += len(chunk)
+            digest.update(chunk)
+            spool.write(chunk)
+            data = chunk
+            while data:
+                try:
+                    out = inflater.decompress(data, CHUNK)
+                except zlib.error as exc:
+                    raise UploadRefused(f"body: not valid gzip ({exc})") from None
+                inflated += len(out)
+                if inflated > inflated_limit:
+                    raise UploadRefused(
+                        f"body: the samples inflate to more than {inflated_limit:,} bytes "
+                        "(SERVEBENCH_MAX_SAMPLES_BYTES); measure fewer prompts per point or "
+                        "ask an admin to raise the limit",
+                        413,
+                    )
+                if out:
+                    first = first or out[:1]
+                    last = out[-1:]
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+        if received != length:
+            raise UploadRefused(f"body: {received} of the {length} bytes announced arrived")
+        if not inflater.eof or inflater.unused_data:
+            raise UploadRefused("body: the gzip stream is truncated or has trailing data")
+        if digest.hexdigest() != sha256:
+            raise UploadRefused("X-Content-SHA256: the body's SHA-256 differs; send it again")
+        if first.strip() != b"{" or last.strip() != b"}":
+            raise UploadRefused("body: the samples are not a JSON object of arrays")
+        spool.seek(0)
+        storage = _storage()
+        if storage.exists(name):
+            storage.delete(name)
+        saved = storage.save(name, File(spool))
+        if saved != name:
+            storage.delete(saved)
+            raise OSError(f"the samples storage stored {name!r} as {saved!r}")
+    return received
+
+
+def size(name: str) -> int | None:
+    """The stored size of ``name`` in bytes; None when it is not there."""
+    storage = _storage()
+    try:
+        return int(storage.size(name)) if storage.exists(name) else None
+    except FileNotFoundError:
+        return None
+
+
+def open_stream(name: str) -> Any:
+    """``name`` opened for reading in binary (a download streams from it)."""
+    return _storage().open(name, "rb")
 
 
 def encode(detail: dict[str, Any]) -> bytes:

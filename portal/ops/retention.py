@@ -82,6 +82,7 @@ def _purge_samples(run: Run) -> None:
     rows = Measurement.objects.filter(run=run)
     for name in rows.exclude(samples="").values_list("samples", flat=True):
         samplestore.delete(name)
+        samplestore.delete(samplestore.full_name(name))  # a large point's full arrays
     rows.exclude(detail={}).update(detail={})
 
 

@@ -21,6 +21,7 @@ answered with a 5xx, and every 4xx must carry the API's error body (it must rend
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -47,6 +48,17 @@ from tests.portal.conftest import measurement_body
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "80"))
+
+# The runner's samples upload takes gzip-compressed JSON (runners.samplesfile): whole gzip
+# of JSON values, random bytes, and gzip cut short.
+_GZIP_BODIES = st.one_of(
+    st.dictionaries(st.text(max_size=8), st.lists(st.floats(allow_nan=False), max_size=4)).map(
+        lambda d: gzip.compress(json.dumps(d).encode())
+    ),
+    st.binary(max_size=64),
+    st.binary(min_size=1, max_size=32).map(lambda b: gzip.compress(b)[:-5]),
+)
+schemathesis.openapi.media_type("application/gzip", _GZIP_BODIES)
 MIN_CALLS = 1000
 
 

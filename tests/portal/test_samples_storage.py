@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import random
 import socket
@@ -397,3 +398,128 @@ def test_a_storage_outage_shows_on_the_run_page_with_what_to_do(s3, runner, pers
     assert post_measurement(client, run, point_measurement(8, 16)).status_code == 201
     assert owner.get(status).json()["storage_problem"] == ""
     assert 'id="storage-problem" role="status" hidden' in owner.get(page).content.decode()
+
+
+# --------------------------------------------------------------------------- large points
+# A point past runners.samplesfile.inline_values() numbers: the runner streams its full
+# arrays (PUT .../samples) and the measurement carries a reading sample of them.
+
+
+@pytest.fixture
+def dir_storage(settings, tmp_path) -> Path:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "samples": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(tmp_path / "samples")},
+        },
+    }
+    return tmp_path / "samples"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_point_too_large_to_travel_inline_streams_its_samples_and_pages_read_a_sample(
+    runner, dir_storage, live_server, monkeypatch, personas
+):
+    from portal.benchmarks import documents, goodput
+    from runners import samplesfile
+
+    monkeypatch.setenv(samplesfile.INLINE_VALUES_ENV, "20000")
+    run, token, _client = runner(prompts=600, output_len=64)
+    body = point_measurement(600, 64)
+    full = body["detail"]
+    assert samplesfile.values_in(full) > 20000
+    reporter = Reporter(f"{live_server.url}/api/v1/runner/runs/{run.public_id}", token)
+    assert reporter.measurement(RunnerMeasurement.model_validate(body))["created"] is True
+    # A retry (the runner did not hear the answer) uploads again and changes nothing.
+    assert reporter.measurement(RunnerMeasurement.model_validate(body))["created"] is False
+
+    row = Measurement.objects.get(run=run)
+    info = row.samples_full
+    assert info["requests"] == 600 and 200 <= info["kept"] <= 400
+    stored = dir_storage / samplestore.full_name(row.samples)
+    blob = stored.read_bytes()
+    assert len(blob) == info["bytes"] and hashlib.sha256(blob).hexdigest() == info["sha256"]
+    assert json.loads(gzip.decompress(blob)) == full  # every request, exactly
+
+    read = samples.details([row])[row.pk]
+    assert read["sample_of"] == 600 and len(read["ttfts"]) == info["kept"]
+    pairs = set(zip(full["ttfts"], full["latencies"], strict=True))
+    assert set(zip(read["ttfts"], read["latencies"], strict=True)) <= pairs
+    # Goodput from the sample counts for the whole point: every request meets this SLO.
+    read["duration"] = body["metrics"]["duration"]
+    got = goodput.from_detail(read, {"ttft_ms": 1000.0})
+    assert got["slo_attainment"] == 1.0
+    assert got["request_goodput"] == pytest.approx(600 / body["metrics"]["duration"])
+
+    doc = documents.result_document(run)["measurements"][0]
+    assert doc["samples_full"] == info and len(doc["detail"]["ttfts"]) == info["kept"]
+    RunnerMeasurement.model_validate(doc)  # the document's measurement reads back
+
+    owner = personas["owner"].client
+    query = "backend=vllm&point=single&repeat=0"
+    download = owner.get(f"/api/v1/runs/{run.public_id}/samples?{query}")
+    assert download.status_code == 200, download.content[:300]
+    got_bytes = b"".join(download.streaming_content)
+    assert hashlib.sha256(got_bytes).hexdigest() == info["sha256"]
+    assert (
+        personas["other"].client.get(f"/api/v1/runs/{run.public_id}/samples?{query}").status_code
+        == 404
+    )
+    assert (
+        owner.get(f"/api/v1/runs/{run.public_id}/samples?backend=vllm&point=x").status_code == 404
+    )
+    assert owner.get(f"/api/v1/runs/{run.public_id}/samples?{query}9999999999").status_code == 400
+
+
+def put_samples(
+    client, run, blob: bytes, query: str = "backend=vllm&point=single&repeat=0", sha=None
+):
+    return client.generic(
+        "PUT",
+        f"/api/v1/runner/runs/{run.public_id}/samples?{query}",
+        blob,
+        content_type="application/gzip",
+        headers={"X-Content-SHA256": sha or hashlib.sha256(blob).hexdigest()},
+    )
+
+
+def test_a_samples_upload_that_is_not_what_it_claims_is_refused_naming_why(
+    runner, dir_storage, settings
+):
+    run, _token, client = runner()
+    good = gzip.compress(json.dumps({"ttfts": [0.1]}).encode())
+
+    def refused(response, status: int, words: str) -> None:
+        assert response.status_code == status, response.content[:300]
+        assert words in response.json()["error"]["message"], response.json()
+
+    refused(put_samples(client, run, good, sha="0" * 64), 400, "X-Content-SHA256")
+    refused(put_samples(client, run, good, sha="nothex"), 400, "X-Content-SHA256")
+    refused(put_samples(client, run, b"not gzip at all"), 400, "not valid gzip")
+    refused(put_samples(client, run, good[:-6]), 400, "truncated")
+    refused(put_samples(client, run, gzip.compress(b"[1, 2]")), 400, "not a JSON object")
+    refused(put_samples(client, run, good, "backend=nope&point=single&repeat=0"), 400, "backend")
+    refused(put_samples(client, run, good, "backend=vllm&point=nope&repeat=0"), 400, "point")
+    refused(put_samples(client, run, good, "backend=vllm&point=single&repeat=x"), 400, "repeat")
+    refused(put_samples(client, run, good, "backend=vllm&point=single&repeat=5"), 400, "repeat")
+    settings.SERVEBENCH_MAX_SAMPLES_BYTES = 10_000
+    bomb = gzip.compress(b"{" + b" " * 5_000_000 + b"}")
+    refused(put_samples(client, run, bomb), 413, "SERVEBENCH_MAX_SAMPLES_BYTES")
+    assert not list(dir_storage.rglob("*.full.json.gz"))  # nothing half-stored
+
+    # A measurement that names full samples nobody uploaded, or other ones, is refused.
+    body = point_measurement(8, 16)
+    body["samples_full"] = {"requests": 8, "kept": 8, "bytes": 100, "sha256": "a" * 64}
+    refused(post_measurement(client, run, body), 400, "samples_full")
+    assert put_samples(client, run, good).status_code == 201
+    refused(post_measurement(client, run, body), 400, f"are {len(good)} bytes, not 100")
+    assert not Measurement.objects.filter(run=run).exists()
+    body["samples_full"]["bytes"] = len(good)
+    assert post_measurement(client, run, body).status_code == 201
+
+    _other, _t, other_client = runner()
+    assert put_samples(other_client, run, good).status_code == 403  # another run's token
+    run.status = RunStatus.SUCCEEDED
+    run.save(update_fields=["status"])
+    refused(put_samples(client, run, good), 409, "")
