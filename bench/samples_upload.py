@@ -3,10 +3,15 @@
 on their own (``runners.samplesfile``: the full arrays written to a gzip file a slice at a
 time and uploaded as a stream; the measurement carries a reading sample).
 
-For each point size (requests x output tokens), four fresh processes measure the peak
+For each point size (requests x output tokens), six fresh processes measure the peak
 resident memory a step adds (Linux's VmHWM, reset just before the step, against the
 process's size then):
 
+- merge, held: ``runners.clientmerge.merge`` of the point's requests split over four
+  clients' result files, the union in memory (how every merge ran before);
+- merge, spilled: the same with a spill directory (``runners.spilled``): past the inline
+  limit the union's token gaps go to a file, and the merge writes the samples file and a
+  reading sample;
 - runner, inline: the measurement's JSON body and its gzip copy (``runners.report.encode``);
 - runner, streamed: the samples file, the reading sample and its measurement's body;
 - portal, inline: what ingestion does with the inline body: inflate it, parse it, validate
@@ -37,7 +42,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-STEPS = ("runner-inline", "runner-streamed", "portal-inline", "portal-streamed")
+STEPS = (
+    "merge-held", "merge-spilled", "runner-inline", "runner-streamed", "portal-inline",
+    "portal-streamed",
+)  # fmt: skip
+CLIENTS = 4
 
 
 def point(requests: int, tokens: int) -> dict[str, Any]:
@@ -109,7 +118,17 @@ def child(step: str, size: str, workdir: Path, limit: int) -> dict[str, float]:
     requests, tokens = (int(x) for x in size.split("x"))
     os.environ["SERVEBENCH_SAMPLES_INLINE_VALUES"] = str(limit)
     out: dict[str, float] = {}
-    if step.startswith("runner"):
+    if step.startswith("merge"):
+        from runners import clientmerge
+
+        paths = sorted(workdir.glob("client-*.json"))
+        out["before"] = _rss_mb()
+        t0 = time.perf_counter()
+        if step == "merge-held":
+            clientmerge.merge(paths)
+        else:
+            clientmerge.merge(paths, spill=workdir / "spill", inline_limit=limit)
+    elif step.startswith("runner"):
         from runners import samplesfile
         from runners.report import encode
         from runners.result import Measurement
@@ -163,6 +182,11 @@ def prepare(size: str, workdir: Path, limit: int) -> None:
     (workdir / "full.sha256").write_text(digest)
     sample, _ = samplesfile.reading_sample(body["detail"], limit, "x")
     (workdir / "sample.body").write_bytes(encode(body | {"detail": sample})[0])
+    for i in range(CLIENTS):  # vLLM's --save-detailed files of four clients
+        share = {k: v[i::CLIENTS] for k, v in body["detail"].items()}
+        share["start_times"] = [j * 0.001 for j in range(i, requests, CLIENTS)]
+        share["num_prompts"] = len(share["ttfts"])
+        (workdir / f"client-{i}.json").write_text(json.dumps(share))
 
 
 def main() -> None:
@@ -197,10 +221,11 @@ def main() -> None:
             for s in STEPS
         ]
         print(f"{size:>12} {numbers:>12,} {gz_mb:>8.0f} " + " ".join(f"{c:>16}" for c in cells))
-        for side in ("runner", "portal"):
-            inline = found[f"{side}-inline"]["peak"] - found[f"{side}-inline"]["before"]
-            streamed = found[f"{side}-streamed"]["peak"] - found[f"{side}-streamed"]["before"]
-            print(f"{'':>12} {side}: inline / streamed = {inline / max(streamed, 1):.1f}x")
+        for side in ("merge", "runner", "portal"):
+            a, b = ("held", "spilled") if side == "merge" else ("inline", "streamed")
+            first = found[f"{side}-{a}"]["peak"] - found[f"{side}-{a}"]["before"]
+            second = found[f"{side}-{b}"]["peak"] - found[f"{side}-{b}"]["before"]
+            print(f"{'':>12} {side}: {a} / {b} = {first / max(second, 1):.1f}x")
 
 
 if __name__ == "__main__":

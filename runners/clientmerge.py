@@ -18,6 +18,11 @@ requests, so a merge of one client's file gives that client's own numbers:
 - ``max_output_tokens_per_s`` and ``max_concurrent_requests`` over one-second buckets
   of the union, as vLLM buckets them.
 
+**Large points.** With a spill directory (``runners.multiclient`` gives one), a union
+past the inline limit (``runners.samplesfile``) keeps its token gaps in a file
+(``runners.spilled``), not in memory; the result then carries a reading sample, the full
+samples file's name and facts (``samples_full``, ``samples_file``), and the same metrics.
+
 **Per client** (``evidence``): its CPU per wall over its own requests' window (its first
 send to its last completion), its run-queue wait per wall (the CPU it wanted but did not
 get), its event-loop lag (its send lag against schedule: ``runners.loadgen``), the
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runners import samplesfile, spilled
 from runners.conditions import window_cpu
 from runners.result import LATENCY_METRICS, PERCENTILES, THROUGHPUT_KEYS
 
@@ -90,6 +96,8 @@ def merge(
     reports: Sequence[dict[str, Any]] | None = None,
     target_rate: float | None = None,
     clock_offset: float | None = None,
+    spill: Path | None = None,
+    inline_limit: int | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The clients' result files (in client order) as one result in vLLM's format, with
     ``clients`` (each one's own summary), ``window`` (first send, last completion) and
@@ -100,8 +108,19 @@ def merge(
     of their own. Each one's ``start_times`` are then moved onto the clock whose
     ``time.time() - time.perf_counter()`` is ``clock_offset`` (the runner's), through the
     pair of clocks the client read at its release; the nodes' wall clocks are taken to
-    agree (NTP: the start skew shows how well)."""
+    agree (NTP: the start skew shows how well).
+
+    ``spill``: a directory for a point too large to hold: once the union passes
+    ``inline_limit`` numbers (``runners.samplesfile.inline_values()``), its token gaps go
+    to a file there as each client is read, never into memory;
+    their statistics and peaks are computed from it a chunk at a time (percentiles exact:
+    ``runners.spilled``); the full union is written there as the samples file
+    (``samples.json.gz``), and the result carries a reading sample of at most about
+    ``inline_limit`` numbers, ``samples_full`` and ``samples_file`` instead."""
     union: dict[str, list[Any]] = {k: [] for k in DETAIL_KEYS}
+    gaps: spilled.GapWriter | None = None  # once the union passes the limit, with `spill`
+    limit = inline_limit if inline_limit is not None else samplesfile.inline_values()
+    held = 0  # numbers in the union so far
     merged: dict[str, Any] = {}
     clients: list[dict[str, Any]] = []
     found: list[dict[str, Any]] = []
@@ -115,9 +134,18 @@ def merge(
         if clock_offset is not None:
             _onto(data, report, clock_offset)
         n = len(data.get("latencies") or [])
+        held += samplesfile.values_in({k: data.get(k) for k in DETAIL_KEYS})
+        if spill is not None and gaps is None and held > limit:
+            gaps = spilled.GapWriter(spill / "itls.f64")
+            gaps.extend(union["itls"])  # the earlier clients' gaps, then every later one's
+            union["itls"] = []
         for key in DETAIL_KEYS:
             values = data.get(key)
-            union[key] += values if isinstance(values, list) and len(values) == n else [None] * n
+            column = values if isinstance(values, list) and len(values) == n else [None] * n
+            if key == "itls" and gaps is not None:
+                gaps.extend(column)  # to disk: by far the largest array
+            else:
+                union[key] += column
         if i == 0:
             merged |= {k: data[k] for k in _FROM_FIRST if k in data}
         for key in _SUMMED:
@@ -146,15 +174,28 @@ def merge(
         )
         del data  # one client's file in memory at a time
     merged |= {"clients": clients, "skew": _skew(released, first_sends)}
-    return merged | _metrics(union, slo) | union, found
+    if gaps is None:
+        return merged | _metrics(union, slo) | union, found
+    assert spill is not None
+    stored = gaps.close()
+    metrics = _metrics(union, slo, stored)
+    samples = spill / "samples.json.gz"
+    size, digest = samplesfile.write_file(union | {"itls": stored.lists()}, samples)
+    sample, kept = spilled.reading_sample(union, stored, limit, str(spill.name))
+    full = {"requests": len(union["latencies"]), "kept": kept, "bytes": size, "sha256": digest}
+    merged |= {"samples_full": full, "samples_file": str(samples)}
+    stored.path.unlink(missing_ok=True)  # the samples file has them now
+    return merged | metrics | sample, found
 
 
-def _metrics(u: dict[str, list[Any]], slo: dict[str, float] | None) -> dict[str, Any]:
+def _metrics(
+    u: dict[str, list[Any]], slo: dict[str, float] | None, stored: spilled.Gaps | None = None
+) -> dict[str, Any]:
     ok = [i for i, err in enumerate(u["errors"]) if not err and u["latencies"][i] is not None]
     starts = [u["start_times"][i] for i in ok]
     lats = [u["latencies"][i] for i in ok]
     ttfts = [u["ttfts"][i] for i in ok]
-    itl_lists = [list(u["itls"][i] or []) for i in ok]
+    itl_lists = [list(u["itls"][i] or []) for i in ok] if stored is None else []
     outs = [int(u["output_lens"][i] or 0) for i in ok]
     total_in = sum(int(u["input_lens"][i] or 0) for i in ok)
     total_out = sum(outs)
@@ -184,17 +225,21 @@ def _metrics(u: dict[str, list[Any]], slo: dict[str, float] | None) -> dict[str,
         used = [(bounds[k.removesuffix("_ms")], v / 1000) for k, v in slo.items()]
         good = sum(1 for j in range(len(ok)) if all(values[j] <= bound for values, bound in used))
         out["request_goodput"] = good / duration
-    series = {
-        "ttft": ttfts,
-        "tpot": tpots,
-        "itl": [g for gaps in itl_lists for g in gaps],
-        "e2el": lats,
-    }
+    series: dict[str, Any] = {"ttft": ttfts, "tpot": tpots, "e2el": lats}
+    if stored is None:
+        series["itl"] = [g for gaps in itl_lists for g in gaps]
     for name, values in series.items():
         for stat, value in _ms(values).items():
             out[f"{stat}_{name}_ms"] = value
-    out["max_output_tokens_per_s"], out["max_concurrent_requests"] = _peaks(
-        starts, ttfts, itl_lists, lats
+    if stored is None:
+        out["max_output_tokens_per_s"], out["max_concurrent_requests"] = _peaks(
+            starts, ttfts, itl_lists, lats
+        )
+        return out
+    for stat, value in stored.statistics(ok, PERCENTILES).items():
+        out[f"{stat}_itl_ms"] = value * 1000
+    out["max_output_tokens_per_s"], out["max_concurrent_requests"] = stored.peaks(
+        ok, starts, ttfts, lats
     )
     return out
 

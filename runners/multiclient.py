@@ -207,7 +207,9 @@ def merge_clients(
     reports = [c.read_report() for c in clients]
     share = rate / len(clients) if rate else None
     paths = [c.result for c in clients]
-    merged, evidence = clientmerge.merge(paths, slo, reports, share, clock_offset)
+    # A point too large to hold spills its token gaps beside the result (runners.spilled).
+    spill = result_path.with_name(result_path.stem + ".samples")
+    merged, evidence = clientmerge.merge(paths, slo, reports, share, clock_offset, spill)
     for c, facts in zip(clients, evidence, strict=True):
         if where is not None:
             facts["cores"] = where(c)

@@ -96,19 +96,28 @@ class Reporter:
         uploaded as a stream first and the measurement carries a reading sample of them
         (``runners.samplesfile``)."""
         limit = samplesfile.inline_values()
-        if measurement.samples_full is None and samplesfile.values_in(measurement.detail) > limit:
+        if measurement.samples_full is not None and measurement.samples_file is not None:
+            self._put_samples(
+                measurement, measurement.samples_file, measurement.samples_full.sha256
+            )
+        elif measurement.samples_full is None and samplesfile.values_in(measurement.detail) > limit:
             measurement = self._upload_samples(measurement, limit)
         return self._post("measurements", measurement.model_dump(mode="json"), None)
 
+    def _put_samples(self, m: Measurement, path: Path, digest: str) -> None:
+        """``PUT {url}/samples?backend=&point=&repeat=`` with the gzip file ``path`` (a
+        stream from disk, retried like a post)."""
+        params = {"backend": m.backend, "point": m.point.key, "repeat": str(m.repeat)}
+        headers = {"Content-Type": "application/gzip", "X-Content-SHA256": digest}
+        self._send("PUT", "samples", partial(path.open, "rb"), headers, None, params)
+
     def _upload_samples(self, m: Measurement, limit: int) -> Measurement:
-        """``PUT {url}/samples?backend=&point=&repeat=`` with the full arrays (a file
-        streamed from disk, retried like a post); ``m`` with a reading sample instead."""
+        """Upload ``m``'s full arrays (written to a file a slice at a time); ``m`` with a
+        reading sample instead."""
         with tempfile.TemporaryDirectory(prefix="servebench-samples-") as tmp:
             path = Path(tmp) / "samples.json.gz"
             size, digest = samplesfile.write_file(m.detail, path)
-            params = {"backend": m.backend, "point": m.point.key, "repeat": str(m.repeat)}
-            headers = {"Content-Type": "application/gzip", "X-Content-SHA256": digest}
-            self._send("PUT", "samples", partial(path.open, "rb"), headers, None, params)
+            self._put_samples(m, path, digest)
         seed = f"{m.backend}|{m.point.key}|{m.repeat}"
         sample, kept = samplesfile.reading_sample(m.detail, limit, seed)
         full = FullSamples(

@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 RESULT_SCHEMA_VERSION = 1
 
@@ -214,6 +215,18 @@ class Measurement(BaseModel):
     started_at: str
     finished_at: str
     duration_s: Amount
+
+    # Where this runner wrote the full arrays of a measurement whose ``detail`` is a
+    # reading sample (``runners.spilled``): uploaded by ``runners.report``, never sent.
+    _samples_file: Path | None = PrivateAttr(default=None)
+
+    @property
+    def samples_file(self) -> Path | None:
+        """The full arrays' file on this machine (``samples_full``), if this runner wrote it."""
+        return self._samples_file
+
+    def keep_samples_file(self, path: Path) -> None:
+        self._samples_file = path
 
     @property
     def key(self) -> tuple[str, str, int]:

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,10 +47,10 @@ SAMPLE_OF = "sample_of"  # the reading sample's key: how many requests the full 
 
 def inline_values() -> int:
     """The most numbers a measurement carries inline (``SERVEBENCH_SAMPLES_INLINE_VALUES``
-    overrides, at least 1,000)."""
+    overrides)."""
     raw = os.environ.get(INLINE_VALUES_ENV, "").strip()
     try:
-        return max(int(raw), 1000) if raw else INLINE_VALUES
+        return max(int(raw), 1) if raw else INLINE_VALUES
     except ValueError:
         return INLINE_VALUES
 
@@ -73,20 +73,27 @@ def values_in(detail: Mapping[str, Any]) -> int:
     return total
 
 
+def _array(value: Any) -> bool:
+    """A per-request array: a list, or a sequence read a slice at a time
+    (``runners.spilled.GapLists``)."""
+    return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
 def write(detail: Mapping[str, Any], out: IO[bytes]) -> None:
     """``detail`` as gzip-compressed compact JSON into ``out`` (a binary file), one slice
     of requests at a time: what ``json.loads(gzip.decompress(...))`` reads back equals
-    ``detail``. Non-finite numbers raise ValueError (JSON has none)."""
+    ``detail`` (a sequence read as a list). Non-finite numbers raise ValueError (JSON has
+    none)."""
     with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) as gz:
         gz.write(b"{")
         for n, (key, value) in enumerate(detail.items()):
             gz.write((("," if n else "") + json.dumps(str(key)) + ":").encode())
-            if not isinstance(value, list):
+            if not _array(value):
                 gz.write(_dumps(value))
                 continue
             gz.write(b"[")
             for start in range(0, len(value), SLICE):
-                part = _dumps(value[start : start + SLICE])[1:-1]
+                part = _dumps(list(value[start : start + SLICE]))[1:-1]
                 if start and part:
                     gz.write(b",")
                 gz.write(part)
@@ -109,15 +116,21 @@ def write_file(detail: Mapping[str, Any], path: Path) -> tuple[int, str]:
     return path.stat().st_size, digest.hexdigest()
 
 
+def chosen_requests(n: int, values: int, limit: int, seed: str) -> list[int]:
+    """Which of ``n`` requests (holding ``values`` numbers) a reading sample of about
+    ``limit`` numbers keeps: uniformly at random, seeded, in their order."""
+    keep = n if values <= limit else max(1, min(n, n * limit // max(values, 1)))
+    return sorted(random.Random(seed).sample(range(n), keep))  # noqa: S311 - sampling
+
+
 def reading_sample(detail: Mapping[str, Any], limit: int, seed: str) -> tuple[dict[str, Any], int]:
     """A uniform random subset of the requests whose arrays hold about ``limit``
     numbers, every per-request array cut at the same requests (in their order), with
     ``sample_of`` (the full count); and how many requests it kept. The generator is
     seeded with ``seed`` (the measurement's identity), so a retry picks the same ones."""
     n = requests_in(detail)
-    total = values_in(detail)
-    keep = n if total <= limit else max(1, min(n, n * limit // max(total, 1)))
-    chosen = sorted(random.Random(seed).sample(range(n), keep))  # noqa: S311 - sampling
+    chosen = chosen_requests(n, values_in(detail), limit, seed)
+    keep = len(chosen)
     out: dict[str, Any] = {}
     for key, value in detail.items():
         if isinstance(value, list) and len(value) == n:

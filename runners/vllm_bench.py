@@ -56,7 +56,8 @@ from runners import telemetry as tm
 from runners.bench_client import ADAPTERS, OPENAI_ONLY_FLAG, REPORT_ENV, TRANSFORMERS_FLAG
 from runners.egress import pinned_session
 from runners.endpoint import Endpoint, missing_key_reason, served_model
-from runners.result import METRIC_KEYS, Measurement, PointInfo, utcnow
+from runners.result import METRIC_KEYS, FullSamples, Measurement, PointInfo, utcnow
+from runners.samplesfile import SAMPLE_OF
 from runners.server_metrics import PointWatcher
 from runners.spec import API_ENDPOINTS, EndpointBackend, Point, ServedBackend, Spec, VLLMBackend
 from runners.transformers_server import TransformersServer
@@ -75,6 +76,9 @@ PER_REQUEST_KEYS = (
     "errors",
 )  # fmt: skip
 DROPPED_KEYS = ("generated_texts",)  # noise for random prompts, and megabytes of it
+# A merge too large to hold (runners.clientmerge with a spill): its full samples' file and
+# facts, and the reading sample's full count, which detail keeps (runners.samplesfile).
+FULL_SAMPLES_KEYS = ("samples_full", "samples_file", SAMPLE_OF)
 
 
 def request_mode(backend: ServedBackend | None) -> str:
@@ -256,8 +260,9 @@ def split_result(data: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]
         for k in METRIC_KEYS
         if isinstance(data.get(k), int | float) and not isinstance(data.get(k), bool)
     }
-    detail = {k: data[k] for k in PER_REQUEST_KEYS if k in data}
-    raw = {k: v for k, v in data.items() if k not in PER_REQUEST_KEYS and k not in DROPPED_KEYS}
+    detail = {k: data[k] for k in (*PER_REQUEST_KEYS, SAMPLE_OF) if k in data}
+    dropped = (*PER_REQUEST_KEYS, *DROPPED_KEYS, *FULL_SAMPLES_KEYS)
+    raw = {k: v for k, v in data.items() if k not in dropped}
     return metrics, raw, detail
 
 
@@ -567,6 +572,7 @@ def measure_point(
     if not is_endpoint:
         commands = {"serve": target.command(), **commands}
     fields: dict[str, Any] = {"commands": commands}
+    samples_file: Path | None = None  # a large merge's full samples (runners.spilled)
     # vLLM's CPU build binds its OpenMP threads by this (GPU builds ignore it).
     extra = {"vllm_cpu_omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")}
     error = _unavailable(target)
@@ -625,6 +631,9 @@ def measure_point(
         else:
             data = json.loads(result_path.read_text())
             metrics, fields["raw"], fields["detail"] = split_result(data)
+            if "samples_full" in data:  # the reading sample of a merge too large to hold
+                fields["samples_full"] = FullSamples.model_validate(data["samples_full"])
+                samples_file = Path(data["samples_file"])
             adapted = json.loads(report_path.read_text()) if report_path.exists() else {}
             fields["raw"]["servebench"] = request_facts(
                 spec, backend, point, fields["detail"], adapted
@@ -669,7 +678,7 @@ def measure_point(
         error = f"{type(exc).__name__}: {exc}"
     if error:  # the first real cause first, from the whole log it points at
         error = causes.explain(error)
-    return Measurement(
+    measured = Measurement(
         backend=backend.name,
         backend_kind=backend.kind,
         point=point_info(point),
@@ -681,3 +690,6 @@ def measure_point(
         duration_s=round(time.monotonic() - t0, 3),
         **fields,
     )
+    if samples_file is not None:
+        measured.keep_samples_file(samples_file)  # the full arrays, for runners.report
+    return measured

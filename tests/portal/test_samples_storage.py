@@ -472,6 +472,32 @@ def test_a_point_too_large_to_travel_inline_streams_its_samples_and_pages_read_a
     assert owner.get(f"/api/v1/runs/{run.public_id}/samples?{query}9999999999").status_code == 400
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_merge_that_spilled_uploads_the_samples_file_it_wrote(
+    runner, dir_storage, live_server, tmp_path
+):
+    """A multi-client merge too large to hold wrote the full union to a file and put a
+    reading sample in the measurement (runners.spilled): the reporter uploads that file."""
+    from runners import samplesfile
+    from runners.result import FullSamples
+
+    run, token, _client = runner(prompts=600, output_len=64)
+    body = point_measurement(600, 64)
+    size, digest = samplesfile.write_file(body["detail"], tmp_path / "samples.json.gz")
+    sample, kept = samplesfile.reading_sample(body["detail"], 5000, "s")
+    m = RunnerMeasurement.model_validate(body | {"detail": sample}).model_copy(
+        update={"samples_full": FullSamples(requests=600, kept=kept, bytes=size, sha256=digest)}
+    )
+    m.keep_samples_file(tmp_path / "samples.json.gz")
+    reporter = Reporter(f"{live_server.url}/api/v1/runner/runs/{run.public_id}", token)
+    assert reporter.measurement(m)["created"] is True
+    row = Measurement.objects.get(run=run)
+    stored = (dir_storage / samplestore.full_name(row.samples)).read_bytes()
+    assert stored == (tmp_path / "samples.json.gz").read_bytes()
+    assert samples.details([row])[row.pk]["ttfts"] == sample["ttfts"]
+    assert "samples_file" not in json.dumps(m.model_dump(mode="json"))
+
+
 def put_samples(
     client, run, blob: bytes, query: str = "backend=vllm&point=single&repeat=0", sha=None
 ):

@@ -76,5 +76,5 @@ def test_the_inline_limit_is_read_from_the_environment(monkeypatch):
     assert samplesfile.inline_values() == samplesfile.INLINE_VALUES
     monkeypatch.setenv(samplesfile.INLINE_VALUES_ENV, "5000")
     assert samplesfile.inline_values() == 5000
-    monkeypatch.setenv(samplesfile.INLINE_VALUES_ENV, "10")
-    assert samplesfile.inline_values() == 1000
+    monkeypatch.setenv(samplesfile.INLINE_VALUES_ENV, "0")
+    assert samplesfile.inline_values() == 1

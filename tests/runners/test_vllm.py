@@ -9,6 +9,7 @@ deadline.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import psutil
 import pytest
 from shared_servers import shared_vllm_spec
 
-from runners import clientmerge, clientpods, clientprobe, procs, vllm_bench
+from runners import clientmerge, clientpods, clientprobe, procs, samplesfile, vllm_bench
 from runners import multiclient as mc
 from runners.bottleneck import diagnose
 from runners.conditions import format_cpu_list
@@ -265,6 +266,38 @@ def test_three_clients_merge_exactly_into_one_measurement(cached):
     assert_released_together(clients, skew, why)
     assert skew["first_send_ms"] >= 0, why
     assert m.commands["bench"].count("vllm bench serve") == 3
+
+
+def test_a_point_too_large_to_hold_spills_its_token_gaps_and_carries_a_reading_sample(
+    cached, monkeypatch
+):
+    """Three clients whose union passes the inline limit (lowered here): the runner never
+    holds the union's token gaps (``runners.spilled``), its numbers are still numpy's
+    over the union, the full union is in the samples file the reporter uploads, and the
+    measurement carries a reading sample of it (``runners.samplesfile``)."""
+    spec, backend, server, workdir = cached
+    monkeypatch.setenv(samplesfile.INLINE_VALUES_ENV, "120")
+    spec3 = spec.model_copy(update={"workload": spec.workload.model_copy(update={"clients": 3})})
+    point = Point(
+        sweep="clients", axis=None, value=None, input_len=32, output_len=8,
+        max_concurrency=6, num_prompts=18, request_rate=None,
+    )  # fmt: skip
+    m = measure_point(server, spec3, backend, point, 1, workdir)
+    assert m.status == "succeeded", m.error
+    files = [json.loads(p.read_text()) for p in _client_paths(workdir, m, 3)]
+    union = {k: [v for f in files for v in f[k]] for k in clientmerge.DETAIL_KEYS}
+    assert m.samples_full is not None and m.samples_file is not None
+    assert m.samples_full.requests == 18 and 0 < m.samples_full.kept < 18
+    assert json.loads(gzip.decompress(m.samples_file.read_bytes())) == union
+    assert m.detail["sample_of"] == 18 and len(m.detail["itls"]) == m.samples_full.kept
+    assert "samples_file" not in m.raw and "samples_full" not in m.model_dump(mode="json")["raw"]
+    ok = [i for i, e in enumerate(union["errors"]) if not e]
+    itls = [g for i in ok for g in union["itls"][i]]
+    for name, values in (("ttft", [union["ttfts"][i] for i in ok]), ("itl", itls)):
+        for p in (50, 99):
+            want = np.percentile(values, p) * 1000
+            assert m.metrics[f"p{p}_{name}_ms"] == pytest.approx(want), (name, p)
+    assert m.metrics["mean_itl_ms"] == pytest.approx(np.mean(itls) * 1000)
 
 
 def test_clients_in_pods_meet_at_the_rendezvous_and_their_samples_merge_exactly(cached):
