@@ -152,7 +152,9 @@ def measurement_values(
 @dataclass(frozen=True)
 class Uncertainty:
     """A value and its 95% interval: over ``repeats`` (``method`` "repeats": run-to-run
-    spread) or over the requests of one repeat (request-level; ``samples`` requests)."""
+    spread) or over the requests of one repeat (request-level; ``samples`` requests, a
+    random subset of ``of`` for a point too large to travel inline:
+    ``runners.samplesfile``)."""
 
     value: float
     low: float
@@ -160,6 +162,7 @@ class Uncertainty:
     method: str
     repeats: int
     samples: int
+    of: int = 0  # the point's requests when ``samples`` are a reading sample of them
 
     @property
     def relative(self) -> float:
@@ -176,7 +179,12 @@ class Uncertainty:
         """'±3.1% (95% interval over 3 repeats)' / '... of 32 requests, 1 repeat' ."""
         spread = "unbounded" if math.isinf(self.relative) else f"±{self.relative:.1%}"
         if self.request_level:
-            return f"{spread} (95% request-level interval, {self.samples} requests, 1 repeat)"
+            which = (
+                f"a random {self.samples:,} of its {self.of:,} requests"
+                if self.of > self.samples
+                else f"{self.samples} requests"
+            )
+            return f"{spread} (95% request-level interval, {which}, 1 repeat)"
         return f"{spread} (95% interval over {self.repeats} repeats)"
 
 
@@ -645,6 +653,7 @@ def attach_point_intervals(points: Iterable[PointStats], confidence: float = 0.9
         detail = found.get(point.ids[0]) or {}
         if not detail:
             continue
+        of = detail.get("sample_of") if isinstance(detail.get("sample_of"), int) else 0
         for rate in _RATES:
             pair = stats.rate_samples(detail, rate)
             value = point.mean.get(rate)
@@ -654,7 +663,7 @@ def attach_point_intervals(points: Iterable[PointStats], confidence: float = 0.9
             found_interval = stats.rate_interval(pair[0], pair[1], value, confidence)
             if found_interval is not None:
                 (lo, hi), method = found_interval
-                point.requests[rate] = Uncertainty(value, lo, hi, method, 1, len(pair[0]))
+                point.requests[rate] = Uncertainty(value, lo, hi, method, 1, len(pair[0]), of)
         for metric_key, value in point.mean.items():
             metric = judged_metric(metric_key)
             if metric is None or metric.latency in (None, "itl"):
@@ -663,7 +672,7 @@ def attach_point_intervals(points: Iterable[PointStats], confidence: float = 0.9
             interval = stats.value_interval(values, metric.quantile, confidence)
             if interval is not None:
                 (lo, hi), method = interval
-                point.requests[metric_key] = Uncertainty(value, lo, hi, method, 1, len(values))
+                point.requests[metric_key] = Uncertainty(value, lo, hi, method, 1, len(values), of)
 
 
 # --------------------------------------------------------------------------- load sweeps

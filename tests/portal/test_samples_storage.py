@@ -452,6 +452,14 @@ def test_a_point_too_large_to_travel_inline_streams_its_samples_and_pages_read_a
     assert got["slo_attainment"] == 1.0
     assert got["request_goodput"] == pytest.approx(600 / body["metrics"]["duration"])
 
+    # The run page's request-level intervals say they come from a random subset.
+    from portal.benchmarks import points, runview
+
+    results = runview.load(run).results
+    points.attach_request_intervals(results)
+    interval = results.points[0].uncertainty("mean_ttft_ms")
+    assert f"a random {info['kept']:,} of its 600 requests" in interval.describe()
+
     doc = documents.result_document(run)["measurements"][0]
     assert doc["samples_full"] == info and len(doc["detail"]["ttfts"]) == info["kept"]
     RunnerMeasurement.model_validate(doc)  # the document's measurement reads back
