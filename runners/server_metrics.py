@@ -42,6 +42,7 @@ import re
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -388,8 +389,11 @@ class PointWatcher:
             out[column] = values if any(v is not None for v in values) else None
         return out
 
-    def telemetry(self, detail: dict[str, Any]) -> dict[str, Any]:
-        """The point's telemetry (``runners.telemetry``); ``detail``: the client's arrays."""
+    def telemetry(
+        self, detail: dict[str, Any], bounds: Sequence[float] | None = None
+    ) -> dict[str, Any]:
+        """The point's telemetry (``runners.telemetry``); ``detail``: the client's arrays
+        (``bounds``: their window when they are a reading sample)."""
         median = statistics.median(self._scrape_s) if self._scrape_s else None
         sampler = {
             "metrics_cpu_s": round(self._cpu_s, 4),
@@ -400,4 +404,6 @@ class PointWatcher:
         }
         if self._refused:
             sampler["scrape_refused"] = self._refused
-        return tm.assemble(self._gpu, self.t0, detail, server=self.series(), sampler=sampler)
+        return tm.assemble(
+            self._gpu, self.t0, detail, server=self.series(), sampler=sampler, bounds=bounds
+        )

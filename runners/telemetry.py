@@ -30,7 +30,7 @@ and the portal (the spec's price, else the admin's default per GPU type):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runners import nvml
@@ -61,10 +61,13 @@ def assemble(
     *,
     server: Mapping[str, Any] | None = None,
     sampler: Mapping[str, Any] | None = None,
+    bounds: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """One measurement's telemetry. ``t0``: the series' zero on ``CLOCK``; ``detail``:
     the per-request arrays, whose send and finish times become ``requests`` and
-    ``window`` (first sent to last done) on the series' axis."""
+    ``window`` (first sent to last done) on the series' axis. ``bounds``: the requests'
+    first send and last completion on the client's clock when ``detail`` is a reading
+    sample of them (``runners.samplesfile``), whose own window would be narrower."""
     series = gpu.series()
     if series.get("t") is not None and gpu.t0 is not None:
         shift = gpu.t0 - t0  # the GPU series counts from its own start
@@ -77,6 +80,8 @@ def assemble(
             "done": [round(b - t0, 4) for _, b in done],
         }
         window = (min(out["requests"]["sent"]), max(out["requests"]["done"]))
+        if bounds is not None and len(bounds) == 2:
+            window = (round(bounds[0] - t0, 4), round(bounds[1] - t0, 4))
         out["window"] = list(window)
         if gpu.available:
             out["summary"] = nvml.summarize(series, window)

@@ -649,7 +649,9 @@ def measure_point(
             elif target.alive and (why := probe(target, spec, point, backend)):
                 error = f"{why}\n{error}"  # the server's own words first: the cause
         # What the hardware did while the requests ran, and what sampling it cost.
-        fields["telemetry"] = watcher.telemetry(fields.get("detail") or {})
+        # A reading sample's own window is narrower than its requests': the merge's is exact.
+        bounds = (fields.get("raw") or {}).get("window") if samples_file is not None else None
+        fields["telemetry"] = watcher.telemetry(fields.get("detail") or {}, bounds)
         tm.sampler_share(fields["telemetry"], fields["conditions"].get("process_cpu_s"))
         if group:
             if pods is None:  # a client in a Pod samples its CPU on its own node's clock

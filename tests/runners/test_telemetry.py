@@ -50,6 +50,24 @@ def test_assembled_telemetry_carries_series_requests_window_and_gpu_summary():
     assert "server" not in telemetry  # the HF baseline has no /metrics
 
 
+def test_a_reading_samples_window_is_the_whole_points_when_its_bounds_are_given():
+    """A reading sample (runners.samplesfile) misses the point's first and last requests:
+    the merge's exact window replaces its own, so the GPU summary covers every request."""
+    with nvml.Sampler(interval_s=0.005, lib=Replay(recording())) as gpu:
+        deadline = time.monotonic() + 5
+        while len(gpu.recording()["samples"]) < 40 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    t0 = gpu.t0 or 0.0
+    span = gpu.recording()["samples"][-1]["t"] - t0
+    sample = detail_with_requests([t0 + span * 0.4, t0 + span * 0.5], span * 0.1)
+    own = tm.assemble(gpu, t0, sample)
+    whole = tm.assemble(gpu, t0, sample, bounds=[t0 + span * 0.1, t0 + span * 0.9])
+    assert own["window"] == pytest.approx([span * 0.4, span * 0.6], abs=2e-4)
+    assert whole["window"] == pytest.approx([span * 0.1, span * 0.9], abs=2e-4)
+    assert whole["requests"] == own["requests"]
+    assert whole["summary"]["energy_j"] > own["summary"]["energy_j"]
+
+
 def test_derived_energy_and_cost_follow_from_the_summary_and_the_metrics():
     telemetry = {"summary": {"gpus": 2, "energy_j": 300.0, "avg_power_w": 1200.0, "gpu_util": 0.9}}
     metrics = {"total_output_tokens": 1500.0, "output_throughput": 6000.0}

@@ -298,6 +298,11 @@ def test_a_point_too_large_to_hold_spills_its_token_gaps_and_carries_a_reading_s
             want = np.percentile(values, p) * 1000
             assert m.metrics[f"p{p}_{name}_ms"] == pytest.approx(want), (name, p)
     assert m.metrics["mean_itl_ms"] == pytest.approx(np.mean(itls) * 1000)
+    # The telemetry's window is every request's, not the reading sample's.
+    first = min(union["start_times"][i] for i in ok)
+    last = max(union["start_times"][i] + union["latencies"][i] for i in ok)
+    t0 = m.telemetry["t0"]
+    assert m.telemetry["window"] == pytest.approx([first - t0, last - t0], abs=2e-4)
 
 
 def test_clients_in_pods_meet_at_the_rendezvous_and_their_samples_merge_exactly(cached):
