@@ -134,7 +134,8 @@ def merge(
         if clock_offset is not None:
             _onto(data, report, clock_offset)
         n = len(data.get("latencies") or [])
-        held += samplesfile.values_in({k: data.get(k) for k in DETAIL_KEYS})
+        if spill is not None and gaps is None:  # counted only while it may still spill
+            held += samplesfile.values_in({k: data.get(k) for k in DETAIL_KEYS})
         if spill is not None and gaps is None and held > limit:
             gaps = spilled.GapWriter(spill / "itls.f64")
             gaps.extend(union["itls"])  # the earlier clients' gaps, then every later one's

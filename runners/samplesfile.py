@@ -108,12 +108,24 @@ def _dumps(value: Any) -> bytes:
 def write_file(detail: Mapping[str, Any], path: Path) -> tuple[int, str]:
     """``write`` into ``path``; returns its size in bytes and its SHA-256 (hex)."""
     with open(path, "wb") as out:
-        write(detail, out)
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return path.stat().st_size, digest.hexdigest()
+        hashed = _Hashing(out)
+        write(detail, hashed)
+    return hashed.size, hashed.digest.hexdigest()
+
+
+class _Hashing:
+    """A binary file that hashes and counts what is written to it (no second read)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def chosen_requests(n: int, values: int, limit: int, seed: str) -> list[int]:

@@ -98,13 +98,15 @@ class Gaps:
         import numpy as np
 
         path = self.path.with_suffix(".ok.f64")
-        n, total = 0, 0.0
+        n, total, lo, hi = 0, 0.0, math.inf, -math.inf
         with open(path, "wb") as out:
             sums = []
             for part in self._selected(ok):
                 part.tofile(out)
                 n += len(part)
                 sums.append(float(np.sum(part)))
+                if len(part):
+                    lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
             total = math.fsum(sums)
         try:
             if n == 0:
@@ -127,8 +129,6 @@ class Gaps:
                 float(np.sum((values[i : i + CHUNK] - mean) ** 2)) for i in range(0, n, CHUNK)
             )
             found = {"mean": mean, "std": math.sqrt(squares / n)}
-            lo = min(float(np.min(values[i : i + CHUNK])) for i in range(0, n, CHUNK))
-            hi = max(float(np.max(values[i : i + CHUNK])) for i in range(0, n, CHUNK))
             a, b = _kth_pair(values, (n - 1) // 2, lo, hi)
             found["median"] = a if n % 2 else (a + b) / 2.0
             for p in percentiles:

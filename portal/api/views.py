@@ -298,9 +298,11 @@ class RunSamples(APIView):
             raise ApiError(400, "invalid", "repeat: a whole number from 0") from None
         row = (
             Measurement.objects.filter(
-                run=run, backend=query.get("backend", ""), point_key=query.get("point", "")
+                run=run,
+                backend=query.get("backend", ""),
+                point_key=query.get("point", ""),
+                repeat=repeat,
             )
-            .filter(repeat=repeat)
             .exclude(samples="")
             .values_list("samples", "samples_full")
             .first()
