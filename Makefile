@@ -67,19 +67,21 @@ run:
 stop:
 	@$(PY) scripts/quickstart.py --stop
 
-# Each phase prints its time; the suite writes a JUnit report that bench/test_budget.py
-# reads (the phase against its 30-minute budget, time per directory, the slowest tests),
-# and the servers and runner processes it started, per module (tests/server_starts.py).
+# Each phase prints its time. The suite runs as pytest sessions grouped by what they cost
+# (scripts/suite.py: the one-node cluster's tests, which mostly wait, beside the tests that
+# start no vLLM server; then the slow tests alone); each writes a JUnit report that
+# bench/test_budget.py reads (the phase against its 30-minute budget, each session, time
+# per directory, the slowest tests) and the servers and runner processes it started, per
+# module (tests/server_starts.py). With PYTEST_ARGS the suite is one session, as given.
 REPORTS = artifacts/test-reports
 test: browser kube k8s-images
 	@mkdir -p $(REPORTS)
 	@start=$$SECONDS; $(PY) -m ruff check . && $(PY) -m ruff format --check .; rc=$$?; \
 	echo "test: phase 'lint' took $$((SECONDS - start)) s"; exit $$rc
-	@start=$$SECONDS; SERVEBENCH_SERVER_STARTS=$(REPORTS)/server-starts.json \
-	  $(PY) -m pytest -m "not fuzz" --durations=25 \
-	  --junitxml=$(REPORTS)/suite.xml $(PYTEST_ARGS); rc=$$?; \
+	@start=$$SECONDS; $(PY) scripts/suite.py --reports $(REPORTS) \
+	  $(if $(PYTEST_ARGS),--one-session) -- $(PYTEST_ARGS); rc=$$?; \
 	echo "test: phase 'suite' took $$((SECONDS - start)) s"; \
-	$(PY) bench/test_budget.py $(REPORTS)/suite.xml --top 10 || true; exit $$rc
+	$(PY) bench/test_budget.py $(REPORTS)/suite-*.xml --top 10 || true; exit $$rc
 	@start=$$SECONDS; $(MAKE) --no-print-directory fuzz; rc=$$?; \
 	echo "test: phase 'fuzz' took $$((SECONDS - start)) s"; exit $$rc
 

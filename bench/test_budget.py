@@ -1,15 +1,18 @@
 """The test phase against its budget: where the suite's minutes go.
 
-``make test`` writes a JUnit report of the suite (``artifacts/test-reports/suite.xml``);
-this reads it and prints the phase's wall time against the budget (30 minutes on a quiet
-2-core machine), the time per directory and per module, and the slowest tests, so a
-change that makes the suite slower shows where. It reports; it never fails a build (speed
-is judged by people reading ratios, not by timed assertions).
+``make test`` runs the suite as a few pytest sessions (``scripts/suite.py``), each writing
+a JUnit report (``artifacts/test-reports/suite-<group>.xml``); this reads them and prints
+the phase's wall time against the budget (30 minutes on a quiet 2-core machine), each
+session's, the time per directory and per module, and the slowest tests, so a change that
+makes the suite slower shows where. The phase's wall time is the span from the first
+session's start to the last one's end (sessions that ran at the same time overlap; their
+tests' own times then include what the other session cost them). It reports; it never
+fails a build (speed is judged by people reading ratios, not by timed assertions).
 
     python bench/test_budget.py [REPORT.xml ...] [--budget-min 30] [--top 25]
 
-Where the session also wrote how many vLLM servers, ``transformers serve`` and runner
-processes each module started (``server-starts.json`` beside the report:
+Where a session also wrote how many vLLM servers, ``transformers serve`` and runner
+processes each module started (``<report>.starts.json`` beside its report:
 ``tests/server_starts.py``), those counts follow: the robust measure of what the suite
 costs, where its minutes depend on what else the machine ran.
 """
@@ -17,6 +20,7 @@ costs, where its minutes depend on what else the machine ran.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -24,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_REPORT = Path("artifacts/test-reports/suite.xml")
+REPORTS = Path("artifacts/test-reports")
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,41 @@ class Case:
     outcome: str  # passed, failed, error, skipped
 
 
-def read_report(path: Path) -> tuple[float, list[Case]]:
-    """(the suite's wall time as pytest reported it, its test cases)."""
+@dataclass(frozen=True)
+class Session:
+    name: str  # the report's stem: suite-quiet
+    start: float  # epoch seconds
+    seconds: float  # its wall time as pytest reported it
+    tests: int
+
+
+def read_session(path: Path) -> tuple[Session, list[Case]]:
+    """The session a report describes (when it started, its wall time) and its cases."""
     root = ET.parse(path).getroot()  # noqa: S314 (a report our own make test wrote)
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     wall = sum(float(s.get("time") or 0) for s in suites)
+    stamps = [s.get("timestamp") for s in suites if s.get("timestamp")]
+    # pytest writes the session's start in local time, without a zone: read it back so.
+    start = min(dt.datetime.fromisoformat(t).timestamp() for t in stamps) if stamps else 0.0
+    cases = _cases(root)
+    return Session(path.stem, start, wall, len(cases)), cases
+
+
+def span(sessions: list[Session]) -> float:
+    """The wall time of sessions run one after another or at once: first start to last end
+    (their sum where a report has no start)."""
+    if any(s.start == 0.0 for s in sessions):
+        return sum(s.seconds for s in sessions)
+    return max(s.start + s.seconds for s in sessions) - min(s.start for s in sessions)
+
+
+def read_report(path: Path) -> tuple[float, list[Case]]:
+    """(the session's wall time as pytest reported it, its test cases)."""
+    session, cases = read_session(path)
+    return session.seconds, cases
+
+
+def _cases(root: ET.Element) -> list[Case]:
     cases = []
     for case in root.iter("testcase"):
         classname = case.get("classname") or ""
@@ -53,14 +87,20 @@ def read_report(path: Path) -> tuple[float, list[Case]]:
             if case.find(tag) is not None:
                 outcome = {"failure": "failed"}.get(tag, tag)
         cases.append(Case(module, case.get("name") or "", float(case.get("time") or 0), outcome))
-    return wall, cases
+    return cases
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:5.1f} min"
 
 
-def report(wall: float, cases: list[Case], budget_min: float, top: int) -> str:
+def report(
+    wall: float,
+    cases: list[Case],
+    budget_min: float,
+    top: int,
+    sessions: list[Session] | None = None,
+) -> str:
     total = sum(c.seconds for c in cases)
     budget = budget_min * 60
     lines = [
@@ -68,6 +108,12 @@ def report(wall: float, cases: list[Case], budget_min: float, top: int) -> str:
         f"on a quiet 2-core machine: {wall / budget:.2f}x the budget "
         + ("(within)" if wall <= budget else f"(over by {_minutes(wall - budget).strip()})"),
     ]
+    if sessions and len(sessions) > 1:
+        first = min(s.start for s in sessions)
+        lines.append("sessions (start after the first, wall time, tests):")
+        for s in sorted(sessions, key=lambda s: s.start):
+            at = f"+{_minutes(s.start - first).strip()}" if s.start else "?"
+            lines.append(f"  {s.name}: {at}, {_minutes(s.seconds).strip()}, {s.tests} tests")
     outcomes: dict[str, int] = defaultdict(int)
     for c in cases:
         outcomes[c.outcome] += 1
@@ -93,12 +139,13 @@ def report(wall: float, cases: list[Case], budget_min: float, top: int) -> str:
 
 
 def starts(path: Path) -> str:
-    """The server starts the session counted (``server-starts.json``), most first; "" when
+    """The server starts a session counted (``<report>.starts.json``), most first; "" when
     the session wrote none."""
     if not path.is_file():
         return ""
     data = json.loads(path.read_text())
-    lines = ["", "server starts: " + ", ".join(f"{n} {k}" for k, n in data["totals"].items())]
+    totals = ", ".join(f"{n} {k}" for k, n in data["totals"].items()) or "none"
+    lines = ["", f"server starts ({path.name}): {totals}"]
     modules = sorted(data["modules"].items(), key=lambda kv: -sum(kv[1].values()))
     for module, counts in modules:
         lines.append(f"  {module}: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
@@ -107,25 +154,33 @@ def starts(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reports", nargs="*", type=Path, default=[DEFAULT_REPORT])
+    parser.add_argument("reports", nargs="*", type=Path)
     parser.add_argument("--budget-min", type=float, default=30.0)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
-    wall, cases = 0.0, []
-    for path in args.reports:
+    paths = args.reports or sorted(REPORTS.glob("suite*.xml"))
+    if not paths:
+        print(
+            f"test_budget: no report under {REPORTS}: run `make test` (it writes them) or give "
+            "the paths of pytest --junitxml reports",
+            file=sys.stderr,
+        )
+        return 2
+    sessions, cases = [], []
+    for path in paths:
         if not path.is_file():
             print(
-                f"test_budget: no report at {path}: run `make test` (it writes one) or give "
+                f"test_budget: no report at {path}: run `make test` (it writes them) or give "
                 "the path of a pytest --junitxml report",
                 file=sys.stderr,
             )
             return 2
-        w, c = read_report(path)
-        wall += w
-        cases += c
-    print(report(wall, cases, args.budget_min, args.top))
-    for path in args.reports:
-        if text := starts(path.parent / "server-starts.json"):
+        session, found = read_session(path)
+        sessions.append(session)
+        cases += found
+    print(report(span(sessions), cases, args.budget_min, args.top, sessions))
+    for path in paths:
+        if text := starts(path.with_suffix(".starts.json")):
             print(text)
     return 0
 

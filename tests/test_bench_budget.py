@@ -60,9 +60,12 @@ def test_the_server_starts_a_session_counted_follow_the_budget(tmp_path: Path) -
     subprocess.run(argv, check=True, timeout=60)
     counter.stop()
     assert counter.counts == {("tests/unit/test_sample.py", "runner run"): 1}
-    counter.write(tmp_path / "server-starts.json")
-    text = _budget_module().starts(tmp_path / "server-starts.json")
-    assert "server starts: 0 vllm server, 0 transformers serve, 1 runner run" in text
+    counter.write(tmp_path / "suite-heavy.starts.json")
+    text = _budget_module().starts(tmp_path / "suite-heavy.starts.json")
+    assert (
+        "server starts (suite-heavy.starts.json): 0 vllm server, 0 transformers serve, "
+        "1 runner run" in text
+    )
     assert "tests/unit/test_sample.py: 1 runner run" in text
     assert _budget_module().starts(tmp_path / "missing.json") == ""
 

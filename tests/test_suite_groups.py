@@ -1,0 +1,124 @@
+"""scripts/suite.py: make test's suite as grouped pytest sessions.
+
+The groups partition the suite (every test runs once, in one session), a stage's groups
+really run at the same time, each writes its own report and server-start file, a failing
+background session fails the phase and its output is printed, and bench/test_budget.py
+reads the reports back as one phase whose wall time is their span, not their sum.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = _load("suite_script", REPO / "scripts" / "suite.py")
+budget = _load("test_budget", REPO / "bench" / "test_budget.py")
+
+
+def _collected(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _ids(proc: subprocess.Popen[str]) -> list[str]:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return [line for line in out.splitlines() if "::" in line]
+
+
+def test_the_groups_partition_the_suite() -> None:
+    """Each test of `pytest -m "not fuzz"` is in exactly one group's session."""
+    groups = [group for stage in suite.STAGES for group in stage]
+    procs = {g.name: _collected(g.args) for g in groups}
+    whole = _ids(_collected(suite.ONE_SESSION.args))
+    by_group = {name: _ids(proc) for name, proc in procs.items()}
+    seen: list[str] = [test for ids in by_group.values() for test in ids]
+    assert len(seen) == len(set(seen)), "a test is in two groups"
+    assert sorted(seen) == sorted(whole)
+    assert all(test.startswith("tests/k8s_e2e/") for test in by_group["cluster"])
+    assert by_group["cluster"] and by_group["quiet"] and by_group["heavy"]
+    # The heavy group is what starts vLLM; the quiet group runs beside the cluster.
+    assert any("test_vllm.py" in t for t in by_group["heavy"])
+    assert not any("test_vllm.py" in t for t in by_group["quiet"])
+
+
+BARRIER = """
+import os, time
+from pathlib import Path
+
+def test_meets_the_other_session():
+    here = Path(os.environ["BARRIER_DIR"])
+    (here / "{me}").touch()
+    deadline = time.monotonic() + 60
+    while not (here / "{other}").exists():  # only a session running at once arrives
+        assert time.monotonic() < deadline, "the other session never ran beside this one"
+        time.sleep(0.05)
+"""
+
+
+def _toy_tree(root: Path) -> None:
+    for me, other in (("a", "b"), ("b", "a")):
+        (root / "tests" / me).mkdir(parents=True)
+        (root / "tests" / me / f"test_{me}.py").write_text(BARRIER.format(me=me, other=other))
+    (root / "tests" / "c").mkdir()
+    (root / "tests" / "c" / "test_c.py").write_text("def test_fails():\n    assert 1 == 2\n")
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _toy_tree(tmp_path)
+    monkeypatch.setenv("BARRIER_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # no plugin imports
+    return tmp_path
+
+
+def test_a_stages_groups_run_at_once_and_the_budget_reads_their_span(
+    toy: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    reports = toy / "reports"
+    reports.mkdir()
+    stage = [suite.Group("fg", ["tests/a"]), suite.Group("bg", ["tests/b"])]
+    assert suite.run_stage(stage, reports, ["-p", "no:cacheprovider"], cwd=toy) == 0
+    out = capfd.readouterr().out
+    assert "suite: group 'fg' took" in out and "suite: group 'bg' took" in out
+    assert "output of group 'bg'" in out and "1 passed" in out
+    sessions = [budget.read_session(reports / f"suite-{n}.xml")[0] for n in ("fg", "bg")]
+    fg, bg = sessions
+    # They overlapped (the barrier proves it), so the phase is shorter than their sum.
+    assert fg.start < bg.start + bg.seconds and bg.start < fg.start + fg.seconds
+    assert budget.span(sessions) < fg.seconds + bg.seconds
+    text = budget.report(budget.span(sessions), [], budget_min=30, top=5, sessions=sessions)
+    assert "sessions (start after the first, wall time, tests):" in text
+    assert "suite-fg: +" in text and "suite-bg: +" in text
+
+
+def test_a_failing_background_session_fails_the_phase_with_its_output(
+    toy: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    reports = toy / "reports"
+    reports.mkdir()
+    (toy / "b").touch()  # a's partner has already arrived: a passes alone
+    stage = [suite.Group("fg", ["tests/a"]), suite.Group("bad", ["tests/c"])]
+    assert suite.run_stage(stage, reports, ["-p", "no:cacheprovider"], cwd=toy) == 1
+    out = capfd.readouterr().out
+    assert "assert 1 == 2" in out  # the background session's log, printed whole
+    assert "suite: group 'bad' took" in out and "(exit 1)" in out
+    assert (reports / "suite-bad.log").is_file() and (reports / "suite-bad.xml").is_file()
