@@ -17,8 +17,11 @@ and Hugging Face cache, every policy the portal applies to runner Pods. ``PodSer
 It creates the Pod through the Kubernetes API with the runner Pod's service account
 (``KubeAPI``: the standard library only, a timeout on every call; the Role allows Pods
 create/get/list/delete and their logs in the runner's namespace; a call the API server
-did not answer, or answered 429/5xx, is tried again with backoff for up to
-``API_RETRY_S``, and a create whose first answer was lost finds its own Pod), waits for
+did not answer, or answered 429/5xx, is tried again with backoff: for up to
+``API_RETRY_S`` while the API server has never answered (a wrong address fails fast), for
+up to ``API_OUTAGE_S`` once it has (an API server restarting, or starved on a busy control
+plane, must not fail a point whose Pods keep running); a create whose first answer was
+lost finds its own Pod), waits for
 it to run and have an IP, then for ``GET /health`` on ``http://<pod IP>:8000`` (a Pod
 IP works in every cluster, without kube-proxy or cluster DNS). A Pod that cannot start
 (its image cannot be pulled, it failed, it was not ready before ``startup_timeout_s``) is
@@ -37,6 +40,7 @@ import os
 import re
 import shlex
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -58,7 +62,8 @@ CONTAINER = "server"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 BACKEND_LABEL = "servebench.dev/backend"
 API_TIMEOUT_S = 10.0
-API_RETRY_S = 60.0  # how long a call is retried while the API server is busy or away
+API_RETRY_S = 60.0  # how long a call is retried while the API server has never answered
+API_OUTAGE_S = 300.0  # ... and once it has: an outage the runner rides out
 TRANSIENT = {0, 429, 500, 502, 503, 504}  # 0: no answer (refused, reset, timed out)
 POLL_S = 1.0
 # A container waiting for one of these will not start by waiting longer.
@@ -94,6 +99,8 @@ class KubeAPI:
         self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self.timeout_s = API_TIMEOUT_S
         self.retry_s = API_RETRY_S
+        self.outage_s = API_OUTAGE_S
+        self.answered = False  # has the API server ever answered (any HTTP status)?
 
     @classmethod
     def in_cluster(cls, environ: dict[str, str] | None = None) -> KubeAPI:
@@ -131,16 +138,18 @@ class KubeAPI:
         """One request; the decoded JSON answer (``text``: as text); KubeError otherwise.
 
         A transient failure (no answer, 429, 5xx) is tried again, backing off from 0.5 s
-        to 8 s, until ``retry_s`` has passed; the error then says how many tries it took."""
+        to 8 s, until ``retry_s`` has passed, or ``outage_s`` once the API server has
+        answered this client before; the error then says how many tries it took."""
         began = time.monotonic()
         delay, tries = 0.5, 0
         while True:
             tries += 1
             try:
-                return self._once(method, path, body, query, text)
+                answer = self._once(method, path, body, query, text)
             except KubeError as exc:
                 spent = time.monotonic() - began
-                if not exc.transient or spent + delay > self.retry_s:
+                window = self.outage_s if self.answered else self.retry_s
+                if not exc.transient or spent + delay > window:
                     if tries == 1:
                         raise
                     raise KubeError(
@@ -149,6 +158,15 @@ class KubeAPI:
                         "server overloaded or unreachable from this Pod?)",
                         transient=exc.transient,
                     ) from None
+            else:
+                if tries > 1:  # the outage, in the runner's log: how long it lasted
+                    spent = time.monotonic() - began
+                    print(
+                        f"kube: {method} {path} answered after {tries} tries over {spent:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                return answer
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
 
@@ -168,7 +186,9 @@ class KubeAPI:
                 req, timeout=self.timeout_s, context=self.context
             ) as resp:
                 answer = resp.read().decode(errors="replace")
+            self.answered = True
         except urllib.error.HTTPError as exc:
+            self.answered = True
             answer = exc.read().decode(errors="replace")
             try:
                 message = json.loads(answer).get("message", answer)

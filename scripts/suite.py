@@ -1,27 +1,32 @@
 """``make test``'s suite phase: the pytest sessions, grouped so that what mostly waits runs
 beside what computes.
 
-On a 2-core machine the suite's minutes go to two kinds of test:
+On a 2-core machine the suite's minutes go to three kinds of test:
 
 - ``tests/k8s_e2e`` (the chart on a real one-node cluster) mostly waits: for Pods to be
   scheduled, containers to start, probes, Jobs and their controllers;
-- the tests marked ``slow`` (vLLM servers, the runner, the whole stack) keep both cores
-  busy, and some of them judge what they measure (a flag that slows a server, an SLO
-  search, the contention a run saw), so nothing may run beside them.
+- most tests marked ``slow`` (vLLM servers, the runner, the whole CLI path) judge what
+  they measure (a flag that slows a server, an SLO search, a trace the client keeps up
+  with, the contention a run saw), so nothing may run beside them;
+- the rest (the portal against PostgreSQL and Redis, the browser, the test control plane,
+  the runner's fast tests, and the slow tests marked ``shares_cpu``, which assert nothing
+  a busy CPU changes: ``make run`` itself, faults injected into a whole stack, the HF
+  baselines' mechanics) only need to finish.
 
-So the suite runs as three sessions in two stages:
+So the suite runs as four sessions in two stages:
 
-1. ``cluster`` (``tests/k8s_e2e``) and ``quiet`` (everything not marked ``slow``:
-   the portal against PostgreSQL and Redis, the browser, the test control plane, the
-   fast runner tests) at the same time;
-2. ``heavy`` (everything marked ``slow`` outside ``tests/k8s_e2e``) alone.
+1. at the same time, in two lanes: ``quiet`` (everything not marked ``slow``) in one;
+   ``cluster`` (``tests/k8s_e2e``), then ``shared`` (``slow`` and ``shares_cpu``) in the
+   other;
+2. ``heavy`` (the other ``slow`` tests) alone.
 
 Each session writes its own JUnit report (``suite-<group>.xml``) and its server-start
-counts (``suite-<group>.starts.json``) under ``--reports``; the background session's
-output goes to ``suite-<group>.log`` and is printed whole when it ends, so the log never
-interleaves. Each group prints its time. The exit status is the first failing session's.
-Sessions never collide: each has its own test database, Celery queue and temporary
-directory (``tests/portal/conftest.py``) and the cluster has its own database.
+counts (``suite-<group>.starts.json``) under ``--reports``; a background lane's sessions
+write their output to ``suite-<group>.log``, printed whole when the stage ends, so the log
+never interleaves. Each group prints its time. The exit status is the first failing
+session's; every session runs whatever an earlier one did. Sessions never collide: each
+has its own test database, Celery queue and temporary directory
+(``tests/portal/conftest.py``) and the cluster has its own database.
 
 ``--one-session`` (what ``make test PYTEST_ARGS=...`` uses) runs one pytest session over
 everything instead, with the arguments given, as before the groups existed.
@@ -35,6 +40,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,14 +55,18 @@ class Group:
     args: list[str] = field(default_factory=list)
 
 
-# Stages run one after the other; the groups of a stage run at the same time, the first
-# in the foreground (its output streams), the others in the background.
-STAGES: list[list[Group]] = [
+Lane = list[Group]  # sessions run one after the other
+# Stages run one after the other; the lanes of a stage at the same time, the first in the
+# foreground (its output streams), the others in the background.
+STAGES: list[list[Lane]] = [
     [
-        Group("quiet", ["-m", "not slow and not fuzz", f"--ignore={E2E}"]),
-        Group("cluster", ["-m", "not fuzz", E2E]),
+        [Group("quiet", ["-m", "not slow and not fuzz", f"--ignore={E2E}"])],
+        [
+            Group("cluster", ["-m", "not fuzz", E2E]),
+            Group("shared", ["-m", "slow and shares_cpu and not fuzz", f"--ignore={E2E}"]),
+        ],
     ],
-    [Group("heavy", ["-m", "slow and not fuzz", f"--ignore={E2E}"])],
+    [[Group("heavy", ["-m", "slow and not shares_cpu and not fuzz", f"--ignore={E2E}"])]],
 ]
 ONE_SESSION = Group("suite", ["-m", "not fuzz"])
 
@@ -80,40 +90,81 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
 
 
-def run_stage(stage: list[Group], reports: Path, extra: list[str], cwd: Path = REPO) -> int:
-    """Runs the stage's groups at once (from ``cwd``); returns the first non-zero exit
+@dataclass
+class _Ran:
+    group: Group
+    log: Path
+    code: int = -1
+    seconds: float = 0.0
+
+
+class _Background(threading.Thread):
+    """A lane in the background: its sessions one after the other, output to logs."""
+
+    def __init__(self, lane: Lane, reports: Path, extra: list[str], cwd: Path) -> None:
+        super().__init__(daemon=True)
+        self.lane, self.reports, self.extra, self.cwd = lane, reports, extra, cwd
+        self.ran: list[_Ran] = []
+        self.current: subprocess.Popen[bytes] | None = None
+        self.stopped = False
+
+    def run(self) -> None:
+        for group in self.lane:
+            if self.stopped:
+                return
+            ran = _Ran(group, self.reports / f"suite-{group.name}.log")
+            self.ran.append(ran)
+            began = time.monotonic()
+            with ran.log.open("wb") as out:
+                self.current = subprocess.Popen(
+                    command(group, self.reports, self.extra), cwd=self.cwd,
+                    env=_env(group, self.reports), stdout=out, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+                ran.code = self.current.wait()
+            ran.seconds = time.monotonic() - began
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.current is not None:
+            self.current.terminate()
+
+
+def run_stage(stage: list[Lane], reports: Path, extra: list[str], cwd: Path = REPO) -> int:
+    """Runs the stage's lanes at once (from ``cwd``); returns the first non-zero exit
     status, or 0."""
-    started = time.monotonic()
-    background: list[tuple[Group, subprocess.Popen[bytes], Path]] = []
-    for group in stage[1:]:
-        log = reports / f"suite-{group.name}.log"
-        print(f"suite: group '{group.name}' started in the background (output: {log})", flush=True)
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                command(group, reports, extra), cwd=cwd, env=_env(group, reports),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        background.append((group, proc, log))
-    first = stage[0]
-    print(f"suite: group '{first.name}' started", flush=True)
+    background = [_Background(lane, reports, extra, cwd) for lane in stage[1:]]
+    for lane in background:
+        names = " then ".join(f"'{g.name}'" for g in lane.lane)
+        logs = ", ".join(str(reports / f"suite-{g.name}.log") for g in lane.lane)
+        print(f"suite: {names} started in the background (output: {logs})", flush=True)
+        lane.start()
+    codes: list[int] = []
     try:
-        rc = subprocess.call(command(first, reports, extra), cwd=cwd, env=_env(first, reports))
+        for group in stage[0]:
+            print(f"suite: group '{group.name}' started", flush=True)
+            began = time.monotonic()
+            code = subprocess.call(
+                command(group, reports, extra), cwd=cwd, env=_env(group, reports)
+            )
+            took = _minutes(time.monotonic() - began)
+            print(f"suite: group '{group.name}' took {took} (exit {code})", flush=True)
+            codes.append(code)
+        for lane in background:
+            lane.join()
     except KeyboardInterrupt:
-        for _, proc, _ in background:
-            proc.terminate()
+        for lane in background:
+            lane.stop()
         raise
-    print(f"suite: group '{first.name}' took {_minutes(time.monotonic() - started)}", flush=True)
-    codes = [rc]
-    for group, proc, log in background:
-        code = proc.wait()
-        took = time.monotonic() - started
-        print(f"\nsuite: ---- output of group '{group.name}' ({log}) ----", flush=True)
-        sys.stdout.flush()
-        with log.open("rb") as text:
-            sys.stdout.buffer.write(text.read())
-        sys.stdout.buffer.flush()
-        print(f"suite: group '{group.name}' took {_minutes(took)} (exit {code})", flush=True)
-        codes.append(code)
+    for lane in background:
+        for ran in lane.ran:
+            print(f"\nsuite: ---- output of group '{ran.group.name}' ({ran.log}) ----", flush=True)
+            with ran.log.open("rb") as text:
+                sys.stdout.buffer.write(text.read())
+            sys.stdout.buffer.flush()
+            took = _minutes(ran.seconds)
+            print(f"suite: group '{ran.group.name}' took {took} (exit {ran.code})", flush=True)
+            codes.append(ran.code)
     return next((c for c in codes if c != 0), 0)
 
 
@@ -127,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     for old in reports.glob("suite*"):  # a report left by an earlier run is not this one's
         old.unlink()
-    stages = [[ONE_SESSION]] if args.one_session else STAGES
+    stages = [[[ONE_SESSION]]] if args.one_session else STAGES
     rc = 0
     for stage in stages:
         code = run_stage(stage, reports, list(args.pytest_args))

@@ -14,6 +14,7 @@ import json
 import socket
 import struct
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -395,7 +396,7 @@ class DroppingProxy:
 
 
 def test_the_runner_rides_out_dropped_api_calls_and_finds_the_pod_its_lost_create_made(
-    control_plane, kube_api, runner_pod, health, tmp_path
+    control_plane, kube_api, runner_pod, health, tmp_path, capfd
 ):
     """A CI run once lost a whole configuration to one timed-out POST pods: calls the API
     server did not answer are tried again, and a create whose answer was lost (the Pod
@@ -418,13 +419,28 @@ def test_the_runner_rides_out_dropped_api_calls_and_finds_the_pod_its_lost_creat
         api.retry_s = 20
         assert api.pod(server.name)["metadata"]["uid"] == made["metadata"]["uid"]
         assert proxy.dropped == 2
-        # One that never answers: the error says so, how many tries and for how long.
+        # Once it has answered, an outage longer than retry_s is ridden out (a CI run lost
+        # a multi-client point to a starved API server): three resets take 3.5 s of backoff.
+        api.retry_s, api.outage_s = 1, 30
+        proxy.drops = proxy.dropped + 3
+        assert api.pod(server.name)["metadata"]["uid"] == made["metadata"]["uid"]
+        assert proxy.dropped == 5
+        assert f"kube: GET pods/{server.name} answered after 4 tries over" in capfd.readouterr().err
+        # An outage past outage_s: the error says so, how many tries and for how long.
         proxy.drops = 10**6
-        api.retry_s = 2
+        api.outage_s = 2
         with pytest.raises(kube.KubeError) as err:
             api.pod(server.name)
         assert err.value.status == 0 and "did not answer" in str(err.value)
-        assert "tries over" in str(err.value) and proxy.dropped >= 4
+        assert "tries over" in str(err.value) and proxy.dropped >= 7
+        # An API server that never answered this client (a wrong address) fails fast:
+        # retry_s, however long an outage would be ridden out.
+        fresh = kube.KubeAPI(proxy.url, server.api.token, RUNNER_NAMESPACE, str(control_plane.ca))
+        fresh.retry_s, fresh.outage_s = 2, 3600
+        began = time.monotonic()
+        with pytest.raises(kube.KubeError) as err:
+            fresh.pod(server.name)
+        assert "tries over" in str(err.value) and time.monotonic() - began < 60
     finally:
         proxy.close()
     # A refusal is not retried: the Role does not allow secrets.

@@ -49,6 +49,12 @@ BRIDGE = os.environ.get("SERVEBENCH_NODE_BRIDGE", "sbk0")
 # The Pods' subnet; its first address is the bridge's, which is the node's address.
 SUBNET = ipaddress.ip_network(os.environ.get("SERVEBENCH_NODE_SUBNET", "10.213.0.0/24"))
 NODE_IP = str(next(SUBNET.hosts()))
+# The bridge's MAC, fixed. A Linux bridge made without one takes the lowest MAC of its
+# ports, so it changed whenever a Pod's veth came or went; the Pods' ARP entries for the
+# node's address then pointed at the old MAC, and their calls to the API server and the web
+# went unanswered until the entry expired (up to a minute: a CI run lost a point to it).
+# Locally administered, unicast.
+BRIDGE_MAC = "02:73:62:6b:30:01"
 NODE_NAME = "sb-node"
 SERVICE_CIDR = "10.96.0.0/16"
 CONTROLLERS = (
@@ -366,7 +372,7 @@ class Cluster:
         self.timings["cluster start"] = time.monotonic() - began
 
     def _bridge_up(self) -> None:
-        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
         sh("ip", "addr", "add", f"{NODE_IP}/{SUBNET.prefixlen}", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
 
@@ -602,6 +608,14 @@ def _netns() -> list[str]:
     """The Pod network namespaces containerd's CRI made (cni-<uuid>)."""
     path = Path("/var/run/netns")
     return [p.name for p in path.glob("cni-*")] if path.exists() else []
+
+
+def bridge_mac() -> str:
+    """The bridge's MAC now (``ip -br link``)."""
+    out = subprocess.run(
+        ["ip", "-br", "link", "show", BRIDGE], capture_output=True, text=True, timeout=30
+    ).stdout.split()
+    return out[2] if len(out) > 2 else ""
 
 
 def _delete_bridge() -> None:

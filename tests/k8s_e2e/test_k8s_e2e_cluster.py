@@ -15,7 +15,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from e2e_cluster import NODE_IP, TIMINGS, Cluster, Portal, Release, kubectl, wait_for, wait_status
+from e2e_cluster import (
+    BRIDGE_MAC,
+    NODE_IP,
+    TIMINGS,
+    Cluster,
+    Portal,
+    Release,
+    bridge_mac,
+    kubectl,
+    wait_for,
+    wait_status,
+)
 from kubernetes import client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
@@ -274,6 +285,9 @@ def test_three_client_pods_load_one_server_pod_and_merge_exactly(
     assert skew["release_ms"] == pytest.approx(late[-1] - late[0], abs=0.01), (skew, clients)
     print(f"three client Pods: skew {skew}, placement {m['conditions']['client_placement']}")
     wait_for(lambda: not by_component("loadgen"), 120, "the client Pods to be deleted")
+    # Pods came and went: the node's address kept its MAC, so no Pod lost the API server
+    # or the web while its ARP entry was stale.
+    assert bridge_mac() == BRIDGE_MAC
 
 
 def test_cancelling_a_run_removes_its_pod(cluster: Cluster, release: Release, portal: Portal):

@@ -19,6 +19,9 @@ from runners.report import Reporter
 from runners.runner import ExitCode, Runner
 from runners.spec import Spec
 
+# Its slow tests assert nothing a busy CPU changes: make test runs them beside others.
+pytestmark = pytest.mark.shares_cpu
+
 UNCACHED = "servebench-tests/not-in-any-cache"
 
 

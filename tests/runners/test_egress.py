@@ -31,6 +31,9 @@ from runners.server_metrics import PointWatcher, scrape_text
 from runners.spec import parse_spec
 from runners.vllm_bench import measure_point, probe
 
+# Its slow tests assert nothing a busy CPU changes: make test runs them beside others.
+pytestmark = pytest.mark.shares_cpu
+
 REPO = Path(__file__).resolve().parents[2]
 METRICS = "# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total 3.0\n"
 

@@ -14,6 +14,9 @@ from runners.result import METRIC_KEYS
 from runners.runner import Runner
 from runners.spec import SpecError, parse_spec
 
+# Its slow tests assert nothing a busy CPU changes: make test runs them beside others.
+pytestmark = pytest.mark.shares_cpu
+
 PROMPTS, INPUT_LEN, OUTPUT_LEN = 3, 24, 6
 
 

@@ -27,7 +27,8 @@ from runners.runner import ExitCode, Runner
 from runners.spec import parse_spec
 from runners.vllm_server import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm")]
+# Its slow tests assert nothing a busy CPU changes: make test runs them beside others.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm"), pytest.mark.shares_cpu]
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,9 @@ from runners.spec import SpecError, TransformersServeBackend, parse_spec
 from runners.transformers_server import TransformersServer
 from runners.vllm_bench import bench_flags
 
+# Its slow tests assert nothing a busy CPU changes: make test runs them beside others.
+pytestmark = pytest.mark.shares_cpu
+
 OUTPUT_LEN = 24
 PROMPTS = [" ".join(f"w{7 * i + j}" for j in range(20)) for i in range(12)]
 
