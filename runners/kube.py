@@ -21,11 +21,11 @@ did not answer, or answered 429/5xx, is tried again with backoff: for up to
 ``API_RETRY_S`` while the API server has never answered (a wrong address fails fast), for
 up to ``API_OUTAGE_S`` once it has (an API server restarting, or starved on a busy control
 plane, must not fail a point whose Pods keep running); a create whose first answer was
-lost finds its own Pod), waits for
-it to run and have an IP, then for ``GET /health`` on ``http://<pod IP>:8000`` (a Pod
-IP works in every cluster, without kube-proxy or cluster DNS). A Pod that cannot start
-(its image cannot be pulled, it failed, it was not ready before ``startup_timeout_s``) is
-a ``ServerError`` with the Pod's own reason and the last lines of its log. Stopping saves
+lost finds its own Pod), waits for it to run and have an IP, then for ``GET /health`` on
+``http://<pod IP>:8000`` (a Pod IP works in every cluster, without kube-proxy or cluster
+DNS). A Pod that cannot start (its image cannot be pulled, it failed, it was not ready
+before ``startup_timeout_s``) is a ``ServerError`` with the Pod's own reason and the last
+lines of its log. Stopping saves
 the Pod's log in the runner's work directory, then deletes the Pod and waits until it is
 gone. Each served point records the Pod, its node and IP in its conditions; the run's
 environment lists every server Pod (``kubernetes.server_pods``).
