@@ -136,10 +136,10 @@ def merge(
         n = len(data.get("latencies") or [])
         if spill is not None and gaps is None:  # counted only while it may still spill
             held += samplesfile.values_in({k: data.get(k) for k in DETAIL_KEYS})
-        if spill is not None and gaps is None and held > limit:
-            gaps = spilled.GapWriter(spill / "itls.f64")
-            gaps.extend(union["itls"])  # the earlier clients' gaps, then every later one's
-            union["itls"] = []
+            if held > limit:
+                gaps = spilled.GapWriter(spill / "itls.f64")
+                gaps.extend(union["itls"])  # the earlier clients' gaps, then every later one's
+                union["itls"] = []
         for key in DETAIL_KEYS:
             values = data.get(key)
             column = values if isinstance(values, list) and len(values) == n else [None] * n

@@ -25,10 +25,10 @@ lost finds its own Pod), waits for it to run and have an IP, then for ``GET /hea
 ``http://<pod IP>:8000`` (a Pod IP works in every cluster, without kube-proxy or cluster
 DNS). A Pod that cannot start (its image cannot be pulled, it failed, it was not ready
 before ``startup_timeout_s``) is a ``ServerError`` with the Pod's own reason and the last
-lines of its log. Stopping saves
-the Pod's log in the runner's work directory, then deletes the Pod and waits until it is
-gone. Each served point records the Pod, its node and IP in its conditions; the run's
-environment lists every server Pod (``kubernetes.server_pods``).
+lines of its log. Stopping saves the Pod's log in the runner's work directory, then
+deletes the Pod and waits until it is gone. Each served point records the Pod, its node
+and IP in its conditions; the run's environment lists every server Pod
+(``kubernetes.server_pods``).
 """
 
 from __future__ import annotations

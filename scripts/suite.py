@@ -37,6 +37,7 @@ everything instead, with the arguments given, as before the groups existed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -93,17 +94,21 @@ def _minutes(seconds: float) -> str:
 @dataclass
 class _Ran:
     group: Group
-    log: Path
+    log: Path | None  # None: its output went to ours
     code: int = -1
     seconds: float = 0.0
 
 
-class _Background(threading.Thread):
-    """A lane in the background: its sessions one after the other, output to logs."""
+class _Lane(threading.Thread):
+    """A lane: its sessions one after the other. In the foreground (``run()`` called
+    directly) their output streams; in the background (``start()``) it goes to logs."""
 
-    def __init__(self, lane: Lane, reports: Path, extra: list[str], cwd: Path) -> None:
+    def __init__(
+        self, lane: Lane, reports: Path, extra: list[str], cwd: Path, logged: bool
+    ) -> None:
         super().__init__(daemon=True)
         self.lane, self.reports, self.extra, self.cwd = lane, reports, extra, cwd
+        self.logged = logged
         self.ran: list[_Ran] = []
         self.current: subprocess.Popen[bytes] | None = None
         self.stopped = False
@@ -112,17 +117,22 @@ class _Background(threading.Thread):
         for group in self.lane:
             if self.stopped:
                 return
-            ran = _Ran(group, self.reports / f"suite-{group.name}.log")
+            ran = _Ran(group, self.reports / f"suite-{group.name}.log" if self.logged else None)
             self.ran.append(ran)
+            if ran.log is None:
+                print(f"suite: group '{group.name}' started", flush=True)
             began = time.monotonic()
-            with ran.log.open("wb") as out:
+            with ran.log.open("wb") if ran.log else contextlib.nullcontext() as out:
                 self.current = subprocess.Popen(
                     command(group, self.reports, self.extra), cwd=self.cwd,
-                    env=_env(group, self.reports), stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    env=_env(group, self.reports), stdout=out,
+                    stderr=subprocess.STDOUT if out else None,
+                    stdin=subprocess.DEVNULL if out else None,
                 )  # fmt: skip
                 ran.code = self.current.wait()
             ran.seconds = time.monotonic() - began
+            if ran.log is None:
+                print(f"suite: group '{group.name}' took {_took(ran)}", flush=True)
 
     def stop(self) -> None:
         self.stopped = True
@@ -130,41 +140,37 @@ class _Background(threading.Thread):
             self.current.terminate()
 
 
+def _took(ran: _Ran) -> str:
+    return f"{_minutes(ran.seconds)} (exit {ran.code})"
+
+
 def run_stage(stage: list[Lane], reports: Path, extra: list[str], cwd: Path = REPO) -> int:
     """Runs the stage's lanes at once (from ``cwd``); returns the first non-zero exit
     status, or 0."""
-    background = [_Background(lane, reports, extra, cwd) for lane in stage[1:]]
+    foreground = _Lane(stage[0], reports, extra, cwd, logged=False)
+    background = [_Lane(lane, reports, extra, cwd, logged=True) for lane in stage[1:]]
     for lane in background:
         names = " then ".join(f"'{g.name}'" for g in lane.lane)
         logs = ", ".join(str(reports / f"suite-{g.name}.log") for g in lane.lane)
         print(f"suite: {names} started in the background (output: {logs})", flush=True)
         lane.start()
-    codes: list[int] = []
     try:
-        for group in stage[0]:
-            print(f"suite: group '{group.name}' started", flush=True)
-            began = time.monotonic()
-            code = subprocess.call(
-                command(group, reports, extra), cwd=cwd, env=_env(group, reports)
-            )
-            took = _minutes(time.monotonic() - began)
-            print(f"suite: group '{group.name}' took {took} (exit {code})", flush=True)
-            codes.append(code)
+        foreground.run()
         for lane in background:
             lane.join()
     except KeyboardInterrupt:
-        for lane in background:
+        for lane in [foreground, *background]:
             lane.stop()
         raise
     for lane in background:
         for ran in lane.ran:
             print(f"\nsuite: ---- output of group '{ran.group.name}' ({ran.log}) ----", flush=True)
+            assert ran.log is not None
             with ran.log.open("rb") as text:
                 sys.stdout.buffer.write(text.read())
             sys.stdout.buffer.flush()
-            took = _minutes(ran.seconds)
-            print(f"suite: group '{ran.group.name}' took {took} (exit {ran.code})", flush=True)
-            codes.append(ran.code)
+            print(f"suite: group '{ran.group.name}' took {_took(ran)}", flush=True)
+    codes = [ran.code for lane in [foreground, *background] for ran in lane.ran]
     return next((c for c in codes if c != 0), 0)
 
 
