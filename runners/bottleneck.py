@@ -332,7 +332,8 @@ def diagnose(
             "client",
             f"The server ran {running_mean:.1f} requests on average of the {_n(in_flight)} "
             "the client should have had in flight, and none waited: the client did not "
-            "keep its requests in flight.",
+            "keep its requests in flight. Give it more cores or split the load "
+            "(workload.clients: 2 or more).",
         )
 
     # 6. The GPU itself.
