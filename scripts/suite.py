@@ -13,11 +13,12 @@ On a 2-core machine the suite's minutes go to three kinds of test:
   a busy CPU changes: ``make run`` itself, faults injected into a whole stack, the HF
   baselines' mechanics) only need to finish.
 
-So the suite runs as four sessions in two stages:
+So the suite runs as five sessions in two stages:
 
-1. at the same time, in two lanes: ``quiet`` (everything not marked ``slow``) in one;
-   ``cluster`` (``tests/k8s_e2e``), then ``shared`` (``slow`` and ``shares_cpu``) in the
-   other;
+1. at the same time, in two lanes: ``quiet`` (everything not marked ``slow`` nor
+   ``fuzz``) in one; ``cluster`` (``tests/k8s_e2e``), then ``shared`` (``slow`` and
+   ``shares_cpu``), then ``fuzz`` (Schemathesis and Hypothesis against the live test
+   server, which judge answers, not time) in the other;
 2. ``heavy`` (the other ``slow`` tests) alone.
 
 Each session writes its own JUnit report (``suite-<group>.xml``) and its server-start
@@ -29,7 +30,8 @@ has its own test database, Celery queue and temporary directory
 (``tests/portal/conftest.py``) and the cluster has its own database.
 
 ``--one-session`` (what ``make test PYTEST_ARGS=...`` uses) runs one pytest session over
-everything instead, with the arguments given, as before the groups existed.
+everything but the fuzz tests instead, with the arguments given (``make test`` then runs
+``make fuzz`` on its own), as before the groups existed.
 
     python scripts/suite.py [--reports DIR] [--one-session] [-- PYTEST_ARGS...]
 """
@@ -48,6 +50,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 E2E = "tests/k8s_e2e"
+FUZZ = "tests/portal/test_api_fuzz.py"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ STAGES: list[list[Lane]] = [
         [
             Group("cluster", ["-m", "not fuzz", E2E]),
             Group("shared", ["-m", "slow and shares_cpu and not fuzz", f"--ignore={E2E}"]),
+            Group("fuzz", ["-m", "fuzz", FUZZ]),
         ],
     ],
     [[Group("heavy", ["-m", "slow and not shares_cpu and not fuzz", f"--ignore={E2E}"])]],

@@ -45,15 +45,19 @@ def _ids(proc: subprocess.Popen[str]) -> list[str]:
 
 
 def test_the_groups_partition_the_suite() -> None:
-    """Each test of `pytest -m "not fuzz"` is in exactly one group's session."""
+    """Each test of `pytest` (the fuzz tests too) is in exactly one group's session."""
     groups = [group for stage in suite.STAGES for lane in stage for group in lane]
     procs = {g.name: _collected(g.args) for g in groups}
-    whole = _ids(_collected(suite.ONE_SESSION.args))
+    everything, one_session = _collected([]), _collected(suite.ONE_SESSION.args)
+    whole = _ids(everything)
     by_group = {name: _ids(proc) for name, proc in procs.items()}
     seen: list[str] = [test for ids in by_group.values() for test in ids]
     assert len(seen) == len(set(seen)), "a test is in two groups"
     assert sorted(seen) == sorted(whole)
     assert all(test.startswith("tests/k8s_e2e/") for test in by_group["cluster"])
+    assert all(test.startswith(suite.FUZZ) for test in by_group["fuzz"])
+    # --one-session (make test PYTEST_ARGS=...) is everything but fuzz, which follows it.
+    assert sorted(_ids(one_session)) == sorted(t for t in whole if t not in by_group["fuzz"])
     assert all(by_group.values()), {name: len(ids) for name, ids in by_group.items()}
     # The tests that judge what they measure run alone (heavy); none of them runs beside
     # the cluster (quiet, shared).

@@ -7,8 +7,9 @@ belongs to. Path ids are a real private run, a real public run, or whatever Sche
 invents. Every call is counted; the numbers are printed and the test
 fails listing each 5xx with a curl command that repeats it.
 
-``make test`` runs it on its own step (marker ``fuzz``); ``FUZZ_EXAMPLES`` sets the
-examples per operation (default 80: about 1,200 calls).
+``make test`` runs it as a session of its own, beside the cluster's tests (marker
+``fuzz``, ``scripts/suite.py``); ``FUZZ_EXAMPLES`` sets the examples per operation
+(default 80: about 1,200 calls).
 
 Schemathesis generates what the schema describes; hostile input mostly is not that. A
 second test generates it with Hypothesis: JSON values whose keys and strings draw from

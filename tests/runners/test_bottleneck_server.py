@@ -4,8 +4,10 @@ client's own CPU time over the requests' window is recorded with the point; a KV
 eight blocks under concurrency 8 names KV capacity with the preemptions the server counted.
 (A client held to a fraction of a core: ``test_vllm.py``.)
 
-Two server starts (~100 s each on 2 CPU cores), one point each. The other causes are
-provoked on the recorded point in ``test_bottleneck.py``.
+Two server starts, one point each. They run eager (``enforce_eager``): what limits the
+point is the scheduler and the cache, not the compiled model, and torch.compile's warm-up
+would add ~18 s to each start on 2 cores. The other causes are provoked on the recorded
+point in ``test_bottleneck.py``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def measured_alone(
                 "num_warmups": num_warmups,
             },
             "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [8]}],
-            "backends": [{"kind": "vllm", **backend}],
+            "backends": [{"kind": "vllm", "enforce_eager": True, **backend}],
         }
     )
     point = Point(

@@ -1,10 +1,12 @@
 """vLLM on the tiny model: a real server, vLLM's real bench client, real signals.
 
-Server starts cost ~100 s each on 2 CPU cores, so they are few: the point-level tests use
-the session's shared server (``shared_vllm``, prefix caching on), and this module starts
-one full CLI run, one run interrupted mid-point, one interrupted during startup and one
-server it kills, plus a start that fails at once (bad model) and one stopped at its
-deadline.
+Server starts cost 30-100 s each on 2 CPU cores, so they are few: the point-level tests
+use the session's shared server (``shared_vllm``, prefix caching on, compiled), and this
+module starts one full CLI run, one run interrupted mid-point, one interrupted during
+startup and one server it kills, plus a start that fails at once (bad model) and one
+stopped at its deadline. Those servers run eager (``enforce_eager``): what they check is
+the runner's processes, signals and records, not the compiled model, and torch.compile's
+warm-up would add ~18 s to each start on 2 cores.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def spec_for(model: Path | str, **overrides):
         "model": {"id": str(model), "max_model_len": 512},
         "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 1},
         "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
-        "backends": [{"kind": "vllm"}],
+        "backends": [{"kind": "vllm", "enforce_eager": True}],  # see the module docstring
         **overrides,
     }
     return parse_spec(data)
