@@ -1,12 +1,10 @@
 """vLLM on the tiny model: a real server, vLLM's real bench client, real signals.
 
-Server starts cost 30-100 s each on 2 CPU cores, so they are few: the point-level tests
-use the session's shared server (``shared_vllm``, prefix caching on, compiled), and this
-module starts one full CLI run, one run interrupted mid-point, one interrupted during
-startup and one server it kills, plus a start that fails at once (bad model) and one
-stopped at its deadline. Those servers run eager (``enforce_eager``): what they check is
-the runner's processes, signals and records, not the compiled model, and torch.compile's
-warm-up would add ~18 s to each start on 2 cores.
+Server starts cost 30-100 s each on 2 CPU cores, so they are few: the point-level tests use
+the session's shared server (``shared_vllm``, prefix caching on, compiled), and this
+module starts one run interrupted mid-point, one interrupted during startup and one server
+it kills, eager (``vllm_runs.py``). The command line's full run and the starts that fail
+assert nothing a busy CPU changes: they are in ``test_vllm_cli.py``.
 """
 
 from __future__ import annotations
@@ -25,43 +23,19 @@ import numpy as np
 import psutil
 import pytest
 from shared_servers import shared_vllm_spec
+from vllm_runs import gone, spec_for
 
 from runners import clientmerge, clientpods, clientprobe, procs, samplesfile, vllm_bench
 from runners import multiclient as mc
 from runners.bottleneck import diagnose
-from runners.conditions import format_cpu_list
 from runners.multiclient import with_clients
-from runners.result import METRIC_KEYS, ResultDocument
-from runners.runner import ExitCode, Runner
-from runners.spec import Point, parse_spec
+from runners.result import ResultDocument
+from runners.runner import ExitCode
+from runners.spec import Point
 from runners.vllm_bench import measure_point
-from runners.vllm_server import ServerError, VLLMServer
+from runners.vllm_server import VLLMServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("have_vllm")]
-
-VLLM_KEYS = set(METRIC_KEYS) - {"request_goodput"}  # goodput only with an SLO
-CLIENT_KEYS = {"date", "backend", "model_id", "num_prompts", "max_concurrency", "duration"}
-
-
-def spec_for(model: Path | str, **overrides):
-    data = {
-        "model": {"id": str(model), "max_model_len": 512},
-        "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 1},
-        "sweeps": [{"name": "concurrency", "axis": "max_concurrency", "values": [1, 4]}],
-        "backends": [{"kind": "vllm", "enforce_eager": True}],  # see the module docstring
-        **overrides,
-    }
-    return parse_spec(data)
-
-
-def gone(pids: list[int]) -> bool:
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.NoSuchProcess:
-            continue
-    return True
 
 
 def descendants_matching(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[int]:
@@ -480,119 +454,6 @@ def test_stopping_the_server_ends_its_whole_process_group(cached):
 
 
 # --------------------------------------------------------------------------- failures
-
-
-def test_a_server_that_cannot_start_fails_at_once_with_its_log(tmp_path):
-    bad = tmp_path / "not-a-model"
-    bad.mkdir()
-    (bad / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
-    spec = spec_for(bad, backends=[{"kind": "vllm", "startup_timeout_s": 7200}])
-    code = Runner(spec, workdir=tmp_path / "work", out=tmp_path / "result.json").run()
-    assert code == ExitCode.FAILED
-    document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
-    assert document.status == "failed"
-    assert [m.point.key for m in document.measurements] == [
-        "concurrency:max_concurrency=1",
-        "concurrency:max_concurrency=4",
-    ]
-    for m in document.measurements:
-        assert m.status == "failed" and m.metrics == {}
-        # Noticed by the process exiting, not by the 2-hour deadline:
-        assert m.error.startswith("the vLLM server exited with code ")
-        assert "Last lines of its log" in m.error and "no-such-architecture" in m.error
-    assert document.errors[0]["where"] == "server vllm"
-    leftovers = [
-        p for p in psutil.process_iter(["cmdline"]) if str(bad) in " ".join(p.info["cmdline"] or [])
-    ]
-    assert leftovers == []
-
-
-def test_a_server_start_error_names_the_deadline(tmp_path, tiny_model):
-    spec = spec_for(tiny_model, backends=[{"kind": "vllm", "startup_timeout_s": 10}])
-    # Below the spec's minimum (10 s), so that no machine, however fast, starts in time.
-    backend = spec.vllm_backends[0].model_copy(update={"startup_timeout_s": 1})
-    server = VLLMServer(spec, backend, tmp_path / "server.log")
-    with pytest.raises(ServerError, match="was not ready within startup_timeout_s=1 s"):
-        server.start()
-    assert procs.group_members(server.pid) == []
-
-
-# --------------------------------------------------------------------------- the CLI
-
-
-def test_a_concurrency_sweep_through_the_cli(tiny_model, portal, tmp_path):
-    spec = spec_for(
-        tiny_model, backends=[{"kind": "hf-sequential", "num_prompts": 2}, {"kind": "vllm"}]
-    )
-    # clients: auto with one core for the clients: one client, no probe, and it says so.
-    spec = with_clients(spec, "auto")
-    # This machine's cores are too few for the automatic split: name the server's core.
-    cpus = sorted(os.sched_getaffinity(0))
-    server_cpu, client_cpus = str(cpus[0]), format_cpu_list(cpus[1:])
-    env = {**os.environ, "SERVEBENCH_RUN_TOKEN": "sb_run_cli"}
-    env["SERVEBENCH_SERVER_CPUS"] = server_cpu
-    (tmp_path / "spec.json").write_text(spec.model_dump_json())
-    argv = [sys.executable, "-m", "runners", "run", str(tmp_path / "spec.json")]
-    argv += ["--out", str(tmp_path / "result.json"), "--report", portal.url]
-    done = subprocess.run(
-        [*argv, "--workdir", str(tmp_path / "work")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = ResultDocument.model_validate_json((tmp_path / "result.json").read_text())
-    assert document.status == "succeeded"
-    hf, c1, c4 = document.measurements
-    assert hf.backend_kind == "hf-sequential" and hf.commands["hf"].startswith(
-        "python -m runners hf"
-    )
-    for m, concurrency in ((c1, 1), (c4, 4)):
-        assert m.status == "succeeded"
-        assert set(m.metrics) == VLLM_KEYS
-        assert m.metrics["completed"] == 16 and m.metrics["total_output_tokens"] == 16 * 16
-        assert set(m.raw) >= CLIENT_KEYS and m.raw["max_concurrency"] == concurrency
-        assert len(m.detail["ttfts"]) == 16 and "generated_texts" not in m.detail
-        assert m.commands["serve"].startswith("vllm serve ")
-        assert "--no-enable-prefix-caching" in m.commands["serve"]
-        assert m.commands["bench"].startswith("vllm bench serve ")
-        assert f"--max-concurrency {concurrency}" in m.commands["bench"]
-        assert m.server_metrics.samples > 0 and m.server_metrics.preemptions == 0
-        # Sampled ten times a second, but a short CPU point may still fall between samples,
-        # so only the bounds are certain here (values: against a scripted /metrics).
-        assert 0 <= m.server_metrics.num_requests_running_peak <= concurrency
-        running = m.server_metrics.num_requests_running_mean  # the roofline's batch
-        assert running is None or 1 <= running <= m.server_metrics.num_requests_running_peak
-        # The cache vLLM allocated: the portal's capacity planning reads it.
-        assert m.server_metrics.num_gpu_blocks > 0 and m.server_metrics.block_size > 0
-        assert m.telemetry["server"]["t"] and m.telemetry["window"]
-        # The server ran on its core, the client on the rest, as read from the processes.
-        assert m.conditions["server_cores"] == m.conditions["server_affinity"] == server_cpu
-        assert m.conditions["client_cores"] == m.conditions["client_affinity"] == client_cpus
-    assert document.environment["host"]["core_split"] == (
-        f"server {server_cpu}, client {client_cpus} (split by SERVEBENCH_SERVER_CPUS)"
-    )
-    assert "server_cores" not in hf.conditions  # the baseline owns every core
-    # The HF baseline's telemetry: its requests' window, and the GPUs (or why not).
-    assert len(hf.telemetry["requests"]["sent"]) == 2 and "status" in hf.telemetry["gpu"]
-    assert c1.point.key == "concurrency:max_concurrency=1"
-    # The server is gone: its pid and every process of its group.
-    line = next(x for x in done.stderr.splitlines() if x.startswith("server ready"))
-    pid = int(line.split("(pid ")[1].split(",")[0])
-    assert procs.group_members(pid) == [] and gone([pid])
-    assert sorted(portal.measurements) == [
-        ("hf-sequential", "baseline", 0),
-        ("vllm", "concurrency:max_concurrency=1", 0),
-        ("vllm", "concurrency:max_concurrency=4", 0),
-    ]
-    assert portal.events()[-1]["type"] == "finished"
-    probe = document.environment["load_generators"]["backends"]["vllm"]
-    assert (probe["chosen"], probe["limit"], probe["tried"]) == (1, 1, [])
-    assert "one core for the clients" in probe["why"] and "no probe" in probe["why"]
-    sent = [e["environment"] for e in portal.events() if e["type"] == "environment"]
-    assert sent[-1]["load_generators"] == document.environment["load_generators"]
-    assert all(len(m.conditions["clients"]) == 1 for m in (c1, c4))
 
 
 @pytest.mark.parametrize(
