@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,22 @@ def _need(condition: object, what: str, how: str) -> None:
 def need() -> Callable[[object, str, str], None]:
     """``need(condition, what, how)``: skip locally, fail in CI (see module docstring)."""
     return _need
+
+
+def _one_window(seconds: int, room: float) -> None:
+    left = seconds - time.time() % seconds
+    if left < room:
+        time.sleep(left + 0.05)
+
+
+@pytest.fixture(scope="session")
+def one_window() -> Callable[[int, float], None]:
+    """``one_window(seconds, room)``: wait, if need be, until the current rate-limit window
+    of ``seconds`` has ``room`` seconds left. The portal's windows are fixed, starting at
+    multiples of their length (``portal.ops.counters``), so calls a test means to count in
+    one window can otherwise be split by its end: the second call of a limit of one, made
+    0.1 s after the first, then counts afresh and is let through."""
+    return _one_window
 
 
 @pytest.fixture(scope="session")
