@@ -123,7 +123,7 @@ class _Lane(threading.Thread):
                 return
             ran = _Ran(group, self.reports / f"suite-{group.name}.log" if self.logged else None)
             self.ran.append(ran)
-            if ran.log is None:
+            if not self.logged:
                 print(f"suite: group '{group.name}' started", flush=True)
             began = time.monotonic()
             with ran.log.open("wb") if ran.log else contextlib.nullcontext() as out:
@@ -135,7 +135,7 @@ class _Lane(threading.Thread):
                 )  # fmt: skip
                 ran.code = self.current.wait()
             ran.seconds = time.monotonic() - began
-            if ran.log is None:
+            if not self.logged:
                 print(f"suite: group '{group.name}' took {_took(ran)}", flush=True)
 
     def stop(self) -> None:

@@ -58,7 +58,10 @@ def need() -> Callable[[object, str, str], None]:
 
 
 def _one_window(seconds: int, room: float) -> None:
-    left = seconds - time.time() % seconds
+    from portal.ops.counters import window_start
+
+    now = time.time()
+    left = window_start(seconds, now) + seconds - now
     if left < room:
         time.sleep(left + 0.05)
 

@@ -66,8 +66,14 @@ class Window:
     resets_in: int
 
 
+def window_start(seconds: int, now: float) -> int:
+    """The start of the fixed window of ``seconds`` that holds ``now`` (epoch seconds):
+    windows start at multiples of their length."""
+    return int(now // seconds) * seconds
+
+
 def _window(scope: str, ident: str, seconds: int, now: float) -> tuple[str, int]:
-    start = int(now // seconds) * seconds
+    start = window_start(seconds, now)
     return _key("w", scope, str(seconds), str(start), ident), start + seconds - int(now)
 
 

@@ -1,10 +1,11 @@
 """What the vLLM tests that start servers of their own share (``test_vllm.py``,
 ``test_vllm_cli.py``): the spec they start from and how they tell a process is gone.
 
-Their servers run eager (``enforce_eager``): what they check is the runner's processes,
-signals and records, not the compiled model, and torch.compile's warm-up would add ~18 s
-to each start on 2 cores. The session's shared server (``tests/shared_servers.py``) runs
-compiled.
+``spec_for``'s server runs eager (``enforce_eager``): what the tests that keep it check
+is the runner's processes, signals and records, not the compiled model, and
+torch.compile's warm-up would add ~18 s to each start on 2 cores. A test that names its
+own backends (the CLI's full run) starts the default, compiled server, as does the
+session's shared server (``tests/shared_servers.py``).
 """
 
 from __future__ import annotations
