@@ -52,7 +52,6 @@ import functools
 import math
 import random
 import re
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -88,9 +87,11 @@ __all__ = [
     "UNMEASURED",
     "VERDICTS",
     "WORSE",
+    "Assessment",
     "Metric",
     "MetricVerdict",
     "Side",
+    "assess",
     "bootstrap_replicates",
     "compare_metric",
     "decide",
@@ -101,7 +102,6 @@ __all__ = [
     "percentile",
     "quantile_bounds",
     "request_interval",
-    "samples_needed",
     "statistic",
     "t_quantile",
 ]
@@ -230,8 +230,8 @@ class Side:
 
     metrics: list[Mapping[str, Any]] = field(default_factory=list)
     details: list[Mapping[str, Any]] | None = None
-    # reported() per (metric key, repeats): a comparison asks for each metric twice
-    # (samples_needed, then compare_metric); a repeat appended later makes a new key.
+    # reported() per (metric key, repeats): a verdict asks for each metric twice
+    # (assess's short check, then per_repeat); a repeat appended later makes a new key.
     _reported: dict[tuple[str, int], list[float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -326,6 +326,23 @@ class MetricVerdict:
         """``better`` / ``worse`` where a page may colour the change, else ""."""
         return self.verdict if self.verdict in COLOURED else ""
 
+    def brief(self) -> dict[str, Any]:
+        """The verdict without its numbers' sources and rules: what a table lists per
+        cell (the portal's compare API; ``as_dict`` is the long form)."""
+        return {
+            "metric": self.metric,
+            "verdict": self.verdict,
+            "change": self.change,
+            "interval": self._interval_json(),
+            "noise": self.noise,
+            "history_runs": self.history_runs,
+            "method": self.method,
+        }
+
+    def _interval_json(self) -> list[float | None] | None:
+        # JSON has no infinity: an unbounded end is null
+        return [None if math.isinf(x) else x for x in self.interval] if self.interval else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
@@ -333,9 +350,7 @@ class MetricVerdict:
             "base": self.base,
             "candidate": self.candidate,
             "change": self.change,
-            "interval": (
-                [None if math.isinf(x) else x for x in self.interval] if self.interval else None
-            ),
+            "interval": self._interval_json(),
             "confidence": self.confidence,
             "threshold": self.threshold,
             "verdict": self.verdict,
@@ -375,36 +390,65 @@ def _widest(*intervals: Interval | None) -> Interval:
     return (min(i[0] for i in present), max(i[1] for i in present))
 
 
-def _values(m: Metric, base: Side, cand: Side) -> tuple[list[float], list[float]]:
-    return base.per_repeat(m), cand.per_repeat(m)
+@dataclass(slots=True)
+class Assessment:
+    """The run-to-run part of one metric's verdict (``assess``): the values, the change
+    and its run-to-run interval. ``needs_samples`` says whether per-request samples
+    could change the verdict, and ``compare_metric(assessed=...)`` concludes from it: a
+    caller that loads samples only where they matter (a comparison of stored runs)
+    computes this once per cell."""
+
+    metric: Metric
+    base: float | None
+    candidate: float | None
+    comparable: bool
+    short: bool  # a latency statistic some repeat did not report: recomputed from samples
+    change: float | None = None
+    noise: Interval | None = None
+    history_runs: int = 0
+    methods: list[str] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+
+    def needs_samples(self, threshold: float = DEFAULT_THRESHOLD) -> bool:
+        """Whether ``compare_metric`` would read per-request samples: for a comparable
+        change beyond the threshold whose run-to-run interval excludes zero, or a latency
+        statistic some repeat did not report (callers that store samples elsewhere load
+        them for those cells alone)."""
+        if not self.comparable:
+            return False
+        if self.short:
+            return True
+        if self.change is None:
+            return False
+        return _needs_requests(self.change, self.noise, self.metric.better, threshold)
 
 
-def samples_needed(
+def assess(
     metric: Metric | str,
     base: Side,
     cand: Side,
     *,
     history: Sequence[float] | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    confidence: float = DEFAULT_CONFIDENCE,
     comparable: bool = True,
-) -> bool:
-    """Whether ``compare_metric`` would read per-request samples for this metric: only
-    for a comparable change beyond the threshold whose run-to-run interval excludes zero
-    (callers that store samples elsewhere load them for those rows alone)."""
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Assessment:
+    """The run-to-run part of ``compare_metric``'s verdict (``Assessment``)."""
     m = parse_metric(metric) if isinstance(metric, str) else metric
-    if not comparable:
-        return False
-    rb, rc = base.reported(m), cand.reported(m)
-    if m.is_latency and (len(rb) != base.repeats or len(rc) != cand.repeats):
-        return True  # a statistic the client did not report is recomputed from the samples
-    if not rb or not rc:
-        return False
-    vb, vc = statistics.fmean(rb), statistics.fmean(rc)
-    if vb == 0:
-        return False
-    noise, _ = _run_to_run(rb, rc, vb, vc, history, confidence, [], [])
-    return _needs_requests(vc / vb - 1.0, noise, m.better, threshold)
+    short = m.latency is not None and (
+        len(base.reported(m)) != base.repeats or len(cand.reported(m)) != cand.repeats
+    )
+    rb, rc = base.per_repeat(m), cand.per_repeat(m)
+    vb = math.fsum(rb) / len(rb) if rb else None  # statistics.fmean's arithmetic
+    vc = math.fsum(rc) / len(rc) if rc else None
+    found = Assessment(m, vb, vc, comparable, short)
+    if vb is None or vc is None or vb == 0:
+        return found
+    found.change = vc / vb - 1.0
+    if comparable:
+        found.noise, found.history_runs = _run_to_run(
+            rb, rc, vb, vc, history, confidence, found.methods, found.parts
+        )
+    return found
 
 
 def compare_metric(
@@ -418,34 +462,34 @@ def compare_metric(
     confidence: float = DEFAULT_CONFIDENCE,
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int | str = 0,
+    assessed: Assessment | None = None,
 ) -> MetricVerdict:
     """The verdict on one metric between two runs' repeats of one point (module doc).
 
     ``history``: one value per earlier run of the base's series (oldest first), used
     when it has at least ``MIN_HISTORY``. ``comparable``: whether the fingerprints agree.
-    Deterministic: the bootstrap's generator is seeded with ``seed`` and the metric key.
+    ``assessed``: this cell's ``assess`` with the same arguments, when the caller has it
+    and no samples were loaded since (``needs_samples`` was false). Deterministic: the
+    bootstrap's generator is seeded with ``seed`` and the metric key.
     """
-    m = parse_metric(metric) if isinstance(metric, str) else metric
-    rb, rc = _values(m, base, cand)
-    vb = statistics.fmean(rb) if rb else None
-    vc = statistics.fmean(rc) if rc else None
+    a = assessed or assess(
+        metric, base, cand, history=history, comparable=comparable, confidence=confidence
+    )
+    m, vb, vc, change = a.metric, a.base, a.candidate, a.change
     common: dict[str, Any] = {"threshold": threshold, "confidence": confidence}
-    if vb is None or vc is None or vb == 0:
+    if vb is None or vc is None or change is None:
         why = "base is zero" if vb == 0 else "missing on a side"
         missing = [f"{m.key}: {m.missing}"] if m.missing and vb != 0 else []
         return MetricVerdict(
             m.key, m.better, vb, vc, None, None, NO_DATA, "-", why, notes=missing, **common
         )
-    change = vc / vb - 1.0
-    if not comparable:
+    if not a.comparable:
         return MetricVerdict(
             m.key, m.better, vb, vc, change, None, NOT_COMPARABLE, "-",
             "the runs measured different workloads or hardware", **common,
         )  # fmt: skip
     notes: list[str] = []
-    methods: list[str] = []
-    parts: list[str] = []
-    noise, history_runs = _run_to_run(rb, rc, vb, vc, history, confidence, methods, parts)
+    methods, parts, noise = list(a.methods), list(a.parts), a.noise
     sources = " + ".join(methods) if methods else "not measured"
     requests = None
     if _needs_requests(change, noise, m.better, threshold):
@@ -473,7 +517,7 @@ def compare_metric(
         )
     return MetricVerdict(
         m.key, m.better, vb, vc, change, interval, verdict, " + ".join(methods) or "-",
-        "; ".join(parts), notes=notes, noise=sources, history_runs=history_runs, **common,
+        "; ".join(parts), notes=notes, noise=sources, history_runs=a.history_runs, **common,
     )  # fmt: skip
 
 

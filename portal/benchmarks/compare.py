@@ -404,7 +404,7 @@ class Comparison:
                     "metric": r.metric.key,
                     "values": r.values,
                     "relative_to_baseline": r.deltas,
-                    "verdicts": [_compact(j) for j in r.judgements],
+                    "verdicts": [j.brief() if j else None for j in r.judgements],
                 }
                 for r in self.rows
             ],
@@ -430,18 +430,6 @@ class Comparison:
             # why the first on output tok/s wins: what limited its points and the runner-up's
             "ranking_why": self.why_winner(),
         }
-
-
-VERDICT_FIELDS = ("metric", "verdict", "change", "interval", "noise", "history_runs", "method")
-
-
-def _compact(judgement: engine.MetricVerdict | None) -> dict[str, Any] | None:
-    """A verdict as the API lists it per run and row (the rules are said once, in
-    ``verdict_rules``; ``servebench compare --format json`` has the long form)."""
-    if judgement is None:
-        return None
-    full = judgement.as_dict()
-    return {key: full[key] for key in VERDICT_FIELDS}
 
 
 def metric_rows(
@@ -492,7 +480,8 @@ def judge(
 ) -> None:
     """Fill every row's verdicts with the engine, at its defaults (the CLI's): history of
     the baseline's series (two queries, when a comparable run needs it) and per-request
-    samples only where they could change a verdict (``samples_needed``; one query)."""
+    samples only where they could change a verdict (``Assessment.needs_samples``; one
+    query)."""
     base = columns[baseline]
     others = [i for i in range(len(columns)) if i != baseline]
     histories: dict[int, hist.SeriesValues] = {}
@@ -524,30 +513,42 @@ def judge(
             side = columns[i].sides.get(key)
             if side is not None:
                 todo.append((row, metric, key, i, base_side, side))
+    # Each cell's run-to-run part once (engine.assess): it says whether samples could
+    # change the verdict, and the verdicts of the cells that need none conclude from it.
+    assessed = [
+        engine.assess(
+            metric,
+            base_side,
+            side,
+            history=histories.get(i, {}).get(key, {}).get(metric.key),
+            comparable=columns[i].comparable,
+        )
+        for _row, metric, key, i, base_side, side in todo
+    ]
     needed: set[int] = set()
     gaps = False  # the token gaps, by far the largest arrays, only for an ITL statistic
-    for _row, metric, key, i, base_side, side in todo:
-        series = histories.get(i, {}).get(key, {}).get(metric.key)
-        same = columns[i].comparable
-        if engine.samples_needed(metric, base_side, side, history=series, comparable=same):
+    for (_row, metric, key, i, _base, _side), found in zip(todo, assessed, strict=True):
+        if found.needs_samples():
             needed.update(base.ids[key])
             needed.update(columns[i].ids[key])
             gaps = gaps or metric.latency == "itl"
-    keys = None if gaps else [k for k in samples.KEYS if k != "itls"]
-    found = samples.details(needed, keys)
-    for column in columns:
-        for key, side in column.sides.items():
-            if any(pk in found for pk in column.ids[key]):
-                side.details = [found.get(pk, {}) for pk in column.ids[key]]
-    for row, metric, key, i, base_side, side in todo:
-        series = histories.get(i, {}).get(key, {})
+    if needed:
+        keys = None if gaps else [k for k in samples.KEYS if k != "itls"]
+        found_details = samples.details(needed, keys)
+        for column in columns:
+            for key, side in column.sides.items():
+                if any(pk in found_details for pk in column.ids[key]):
+                    side.details = [found_details.get(pk, {}) for pk in column.ids[key]]
+    for (row, metric, key, i, base_side, side), found in zip(todo, assessed, strict=True):
         judgement = engine.compare_metric(
             metric,
             base_side,
             side,
-            history=series.get(metric.key),
+            history=histories.get(i, {}).get(key, {}).get(metric.key),
             comparable=columns[i].comparable,
             seed=_seed(*key),
+            # samples were loaded for the cells that needed them: those assess again
+            assessed=None if found.needs_samples() else found,
         )
         row.judgements[i] = judgement
         row.verdicts[i] = judgement.coloured

@@ -219,15 +219,45 @@ def test_samples_are_read_only_where_they_could_change_the_verdict():
     ]
     for base, cand, history in cases:
         for metric in v.DEFAULT_METRICS:
-            assert not v.samples_needed(metric, base, cand, history=history)
+            assert not v.assess(metric, base, cand, history=history).needs_samples()
             bare = v.compare_metric(
                 metric, v.Side(base.metrics), v.Side(cand.metrics), history=history
             )
             full = v.compare_metric(metric, base, cand, history=history)
             assert bare.as_dict() == full.as_dict(), metric
     base, far = side(0, 1, repeats=3), side(0.3, 2, repeats=3)
-    assert all(v.samples_needed(m, base, far) for m in ("output_throughput", "median_tpot_ms"))
-    assert not v.samples_needed("median_tpot_ms", base, far, comparable=False)
+    for metric in ("output_throughput", "median_tpot_ms"):
+        found = v.assess(metric, v.Side(base.metrics), v.Side(far.metrics))
+        assert found.needs_samples()
+        # Concluding from the assessment without the samples it asked for is what a
+        # comparison must not do; with them (assessed again) the verdict is the full one.
+        full = v.compare_metric(metric, base, far)
+        assert "request" in full.method or "bootstrap" in full.method, full.method
+    assert not v.assess("median_tpot_ms", base, far, comparable=False).needs_samples()
+
+
+def test_a_verdict_concluded_from_its_assessment_is_the_one_computed_whole():
+    """A comparison assesses each cell once and concludes from that assessment where no
+    samples were needed: the same verdict, field for field, as ``compare_metric`` alone."""
+    cases = [
+        (side(0, 1), side(0.01, 1), None),
+        (side(0, 1), side(0.3, 2), [1.0, 3.0, 0.4]),
+        (side(0, 1, repeats=3), side(0.02, 2, repeats=3), None),
+        (side(0, 1, repeats=3), side(0.3, 2, repeats=3), [1.0, 1.01, 0.99]),
+    ]
+    concluded = 0
+    for base, cand, history in cases:
+        for metric in (*v.DEFAULT_METRICS, "p95_ttft_ms"):
+            for comparable in (True, False):
+                args = {"history": history, "comparable": comparable}
+                found = v.assess(metric, base, cand, **args)
+                if found.needs_samples():
+                    continue
+                whole = v.compare_metric(metric, base, cand, **args)
+                again = v.compare_metric(metric, base, cand, **args, assessed=found)
+                assert again.as_dict() == whole.as_dict(), (metric, args)
+                concluded += 1
+    assert concluded > 20
 
 
 def test_not_comparable_judges_nothing():
@@ -262,7 +292,7 @@ def test_a_statistic_the_client_did_not_report_is_recomputed_from_samples():
     result = v.compare_metric("p95_ttft_ms", base, cand)
     expected = [stats.statistic(stats.latency_samples(d, "ttft"), 95) for d in base.details]
     assert result.base == pytest.approx(statistics.fmean(expected))
-    assert v.samples_needed("p95_ttft_ms", v.Side(base.metrics), v.Side(cand.metrics))
+    assert v.assess("p95_ttft_ms", v.Side(base.metrics), v.Side(cand.metrics)).needs_samples()
 
 
 # --------------------------------------------------------------------------- statistics
