@@ -134,9 +134,8 @@ def test_three_turn_sessions_grow_their_inputs_and_report_each_turn(server, tiny
 
 def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny_model, tmp_path):
     """The same 48 prompts, 4 at a time: through vLLM's bench client and as one-turn
-    sessions through servebench's, twice each, interleaved. Token counts are equal; the
-    latencies agree within the noise of a shared machine (the better of two runs of each,
-    since other processes only ever slow a run down)."""
+    sessions through servebench's, interleaved. Token counts are equal; the latencies
+    agree within the noise of a shared machine (``_disagreements``)."""
     srv, backend, workdir = server
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
     rng = random.Random(3)
@@ -158,11 +157,16 @@ def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny
     )  # fmt: skip
     point = POINT.model_copy(update={"output_len": 32, "max_concurrency": 4, "num_prompts": 48})
     runs: dict[str, list] = {"theirs": [], "ours": []}
-    for repeat in range(2):
+    # Two rounds each, interleaved; two more only when those disagree beyond the noise
+    # bounds below (a busy moment slowed one client's both runs): a real difference
+    # between the clients persists in every round, a burst of contention does not.
+    for repeat in range(4):
         for name, spec in (("theirs", vllm_spec), ("ours", ours_spec)):
             m = measure_point(srv, spec, backend, point, repeat, workdir)
             assert m.status == "succeeded", (name, m.error)
             runs[name].append(m)
+        if repeat >= 1 and not _disagreements(runs):
+            break
     a, b = runs["theirs"][0].metrics, runs["ours"][0].metrics
     for key in ("completed", "total_input_tokens", "total_output_tokens"):
         assert a[key] == b[key], key
@@ -185,21 +189,29 @@ def test_on_single_turn_requests_both_clients_give_the_same_numbers(server, tiny
                 ("mean_e2el_ms", d["latencies"]),
             ):
                 assert got[key] == pytest.approx(1000 * sum(values) / len(values)), (name, key)
-    # Within noise. On 2 shared cores the API server sends a response's tokens now as they
-    # come, now in one burst, at random: how E2E splits into TTFT and TPOT swings between
-    # runs of the same client, so E2E and throughput are held to a factor of 2 (the better
-    # of two runs of each) and the split only to a floor.
+    assert not _disagreements(runs), _disagreements(runs)
+
+
+def _disagreements(runs: dict[str, list]) -> list[tuple[str, float, float]]:
+    """(key, ours, theirs) for each statistic on which the better run of each client
+    (other processes only ever slow a run down) differs beyond the noise of a shared
+    machine. On 2 shared cores the API server sends a response's tokens now as they
+    come, now in one burst, at random: how E2E splits into TTFT and TPOT swings between
+    runs of the same client, so E2E and throughput are held to a factor of 2 and the
+    split only to a floor."""
     seen = {n: [m.metrics for m in runs[n]] for n in runs}
+    found = []
     bounds = {"mean_e2el_ms": 0.0, "median_ttft_ms": 100.0, "mean_tpot_ms": 5.0}
     for key, floor in bounds.items():
         theirs = min(m[key] for m in seen["theirs"])
         ours = min(m[key] for m in seen["ours"])
-        assert abs(ours - theirs) <= max(theirs, floor), (key, seen)
-        if not floor:
-            assert 0.5 < ours / theirs < 2.0, (key, seen)
+        if abs(ours - theirs) > max(theirs, floor) or (not floor and not 0.5 < ours / theirs < 2):
+            found.append((key, ours, theirs))
     theirs = max(m["output_throughput"] for m in seen["theirs"])
     ours = max(m["output_throughput"] for m in seen["ours"])
-    assert 0.5 < ours / theirs < 2.0, ("output_throughput", seen)
+    if not 0.5 < ours / theirs < 2.0:
+        found.append(("output_throughput", ours, theirs))
+    return found
 
 
 def test_greedy_answers_under_load_agree_with_the_hf_reference(server, tiny_model, tmp_path):
