@@ -332,7 +332,10 @@ def earlier(
     return before[-lookback:] if lookback > 0 else []
 
 
-_NOISE_METRICS = tuple(m for m in HISTORY_METRICS if verdict.judged_metric(m) is not None)
+# the judged history metrics stored as columns -> the engine's key for each
+_NOISE_METRICS = {
+    m: judged.key for m in HISTORY_METRICS if (judged := verdict.judged_metric(m)) is not None
+}
 
 
 def run_values(runs: list[SeriesRun]) -> dict[int, dict[tuple[str, str], dict[str, float]]]:
@@ -360,10 +363,10 @@ def run_values(runs: list[SeriesRun]) -> dict[int, dict[tuple[str, str], dict[st
         counts = {kind: len(names) for kind, names in kinds[row["run_id"]].items()}
         label = backend_label(row["backend_kind"], row["backend"], counts)
         values = out.setdefault(row["run_id"], {}).setdefault((label, row["point_key"]), {})
-        for key in _NOISE_METRICS:
+        for key, judged in _NOISE_METRICS.items():
             value = row[f"m_{key}"]
             if value is not None:
-                values[verdict.parse_metric(key).key] = float(value)
+                values[judged] = float(value)
     return out
 
 
