@@ -11,6 +11,10 @@ fails a build (speed is judged by people reading ratios, not by timed assertions
 
     python bench/test_budget.py [REPORT.xml ...] [--budget-min 30] [--top 25]
 
+It also times a fixed pure-Python loop on the machine it runs on (``pace``): the suite's
+minutes scale with the machine (the same tree's groups took 1.6-1.8x longer on one 2-core
+machine than on another), so a report says how fast its machine was.
+
 Where a session also wrote how many vLLM servers, ``transformers serve`` and runner
 processes each module started (``<report>.starts.json`` beside its report:
 ``tests/server_starts.py``), those counts follow: the robust measure of what the suite
@@ -23,6 +27,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import dataclass
@@ -90,6 +95,23 @@ def _cases(root: ET.Element) -> list[Case]:
     return cases
 
 
+PACE_LOOP = 1_000_000
+
+
+def pace(rounds: int = 5) -> float:
+    """Seconds this machine takes for ``PACE_LOOP`` iterations of a pure-Python loop, the
+    best of ``rounds`` (other processes only ever slow one down): one core's pace at
+    what the suite mostly runs, the interpreter."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(PACE_LOOP):
+            total += i * i
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:5.1f} min"
 
@@ -100,6 +122,7 @@ def report(
     budget_min: float,
     top: int,
     sessions: list[Session] | None = None,
+    pace_s: float | None = None,
 ) -> str:
     total = sum(c.seconds for c in cases)
     budget = budget_min * 60
@@ -108,6 +131,11 @@ def report(
         f"on a quiet 2-core machine: {wall / budget:.2f}x the budget "
         + ("(within)" if wall <= budget else f"(over by {_minutes(wall - budget).strip()})"),
     ]
+    if pace_s is not None:
+        lines.append(
+            f"this machine's pace: {pace_s * 1000:.0f} ms for {PACE_LOOP:,} iterations of a "
+            "Python loop (best of 5; compare it before comparing two reports' minutes)"
+        )
     if sessions and len(sessions) > 1:
         first = min(s.start for s in sessions)
         lines.append("sessions (start after the first, wall time, tests):")
@@ -178,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         session, found = read_session(path)
         sessions.append(session)
         cases += found
-    print(report(span(sessions), cases, args.budget_min, args.top, sessions))
+    print(report(span(sessions), cases, args.budget_min, args.top, sessions, pace()))
     for path in paths:
         if text := starts(path.with_suffix(".starts.json")):
             print(text)

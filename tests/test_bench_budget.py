@@ -46,6 +46,23 @@ def test_the_budget_report_reads_a_real_junit_report(tmp_path: Path) -> None:
     assert budget.main([str(tmp_path / "missing.xml")]) == 2
 
 
+def test_the_report_says_how_fast_its_machine_was(tmp_path: Path, capsys) -> None:
+    """Minutes from two machines compare only with their pace beside them: the report
+    times a fixed Python loop where it runs and prints it after the budget line."""
+    xml = tmp_path / "suite-quiet.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest" tests="1" time="2.5" '
+        'timestamp="2026-12-07T12:00:00"><testcase classname="tests.unit.test_a" '
+        'name="test_one" file="tests/unit/test_a.py" time="2.5"/></testsuite></testsuites>'
+    )
+    budget = _budget_module()
+    assert budget.main([str(xml)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("this machine's pace: "))
+    assert f"ms for {budget.PACE_LOOP:,} iterations of a Python loop" in line
+    assert int(line.split()[3]) > 0
+
+
 def test_the_server_starts_a_session_counted_follow_the_budget(tmp_path: Path) -> None:
     """The session's counter (tests/server_starts.py) sees a process of this session whose
     command line is a runner's, once, under the test running then; the budget report
