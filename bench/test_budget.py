@@ -96,9 +96,10 @@ def _cases(root: ET.Element) -> list[Case]:
 
 
 PACE_LOOP = 1_000_000
+PACE_ROUNDS = 5
 
 
-def pace(rounds: int = 5) -> float:
+def pace(rounds: int = PACE_ROUNDS) -> float:
     """Seconds this machine takes for ``PACE_LOOP`` iterations of a pure-Python loop, the
     best of ``rounds`` (other processes only ever slow one down): one core's pace at
     what the suite mostly runs, the interpreter."""
@@ -134,7 +135,8 @@ def report(
     if pace_s is not None:
         lines.append(
             f"this machine's pace: {pace_s * 1000:.0f} ms for {PACE_LOOP:,} iterations of a "
-            "Python loop (best of 5; compare it before comparing two reports' minutes)"
+            f"Python loop (best of {PACE_ROUNDS}; compare it before comparing two reports' "
+            "minutes)"
         )
     if sessions and len(sessions) > 1:
         first = min(s.start for s in sessions)

@@ -502,7 +502,10 @@ def judge(
             histories[i] = hist.series_values(chosen[i], values)
             enough = len(chosen[i]) >= engine.MIN_HISTORY
             columns[i].history_runs = len(chosen[i]) if enough else 0
-    todo = []
+    # One cell per (row, compared run): its run-to-run part assessed once (engine.assess),
+    # which says whether samples could change its verdict; the cells that need none
+    # conclude from it, those that do are assessed again once their samples are loaded.
+    cells = []
     for row in rows:
         metric = engine.judged_metric(row.metric.key)
         key = (row.point.backend, row.point.point_key)
@@ -511,24 +514,18 @@ def judge(
             continue
         for i in others:
             side = columns[i].sides.get(key)
-            if side is not None:
-                todo.append((row, metric, key, i, base_side, side))
-    # Each cell's run-to-run part once (engine.assess): it says whether samples could
-    # change the verdict, and the verdicts of the cells that need none conclude from it.
-    assessed = [
-        engine.assess(
-            metric,
-            base_side,
-            side,
-            history=histories.get(i, {}).get(key, {}).get(metric.key),
-            comparable=columns[i].comparable,
-        )
-        for _row, metric, key, i, base_side, side in todo
-    ]
+            if side is None:
+                continue
+            series = histories.get(i, {}).get(key, {}).get(metric.key)
+            found = engine.assess(
+                metric, base_side, side, history=series, comparable=columns[i].comparable
+            )
+            cells.append((row, metric, key, i, base_side, side, series, found))
+    resample = [found.needs_samples() for *_, found in cells]
     needed: set[int] = set()
     gaps = False  # the token gaps, by far the largest arrays, only for an ITL statistic
-    for (_row, metric, key, i, _base, _side), found in zip(todo, assessed, strict=True):
-        if found.needs_samples():
+    for (_row, metric, key, i, *_), again in zip(cells, resample, strict=True):
+        if again:
             needed.update(base.ids[key])
             needed.update(columns[i].ids[key])
             gaps = gaps or metric.latency == "itl"
@@ -539,16 +536,17 @@ def judge(
             for key, side in column.sides.items():
                 if any(pk in found_details for pk in column.ids[key]):
                     side.details = [found_details.get(pk, {}) for pk in column.ids[key]]
-    for (row, metric, key, i, base_side, side), found in zip(todo, assessed, strict=True):
+    for (row, metric, key, i, base_side, side, series, found), again in zip(
+        cells, resample, strict=True
+    ):
         judgement = engine.compare_metric(
             metric,
             base_side,
             side,
-            history=histories.get(i, {}).get(key, {}).get(metric.key),
+            history=series,
             comparable=columns[i].comparable,
             seed=_seed(*key),
-            # samples were loaded for the cells that needed them: those assess again
-            assessed=None if found.needs_samples() else found,
+            assessed=None if again else found,
         )
         row.judgements[i] = judgement
         row.verdicts[i] = judgement.coloured
