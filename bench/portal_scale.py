@@ -29,7 +29,8 @@ within 5x the trivial view; under 1.5 MB first, under 100 kB repeat. Issue 29: a
 timing, "build", deletes the finished run pages kept in Postgres (``web.StoredPage``)
 too, so the run page is built from its measurements (what "cold" measured before pages
 were stored); ``--keep`` then ``--reuse`` time a 100,000-run database again without
-filling it anew.
+filling it anew. The pages are timed after ``portal.lib.startup.settle()``, as a served
+web process runs them (``portal.wsgi``: the views imported, the startup heap frozen).
 
 Uses DATABASE_URL when set, else the embedded dev PostgreSQL (portal.devservices).
 """
@@ -767,6 +768,9 @@ def main() -> int:
                 f"generated {Run.objects.count():,} runs and {Measurement.objects.count():,} "
                 f"measurements in {time.perf_counter() - t0:.0f} s"
             )
+            from portal.lib import startup
+
+            startup.settle()  # as portal.wsgi does in each web process before serving
             user = get_user_model().objects.order_by("id").first()
             sample = (
                 Run.objects.filter(owner=user, status="succeeded")

@@ -198,3 +198,21 @@ def test_the_portal_s_connections_compile_no_query():
     with connection.cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "off"
+
+
+def test_the_served_app_imports_its_views_and_freezes_the_startup_heap():
+    """``portal.wsgi`` (what gunicorn loads) leaves the views imported and the startup
+    heap in the collector's permanent generation (``portal.lib.startup``), so full
+    collections during a request walk only what requests made."""
+    code = (
+        "import gc, sys\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "import portal.wsgi\n"
+        "print(gc.get_freeze_count(), 'portal.api.compare_views' in sys.modules,"
+        " 'portal.web.views.compare' in sys.modules)\n"
+    )
+    result = _settings_in_subprocess({}, code=code)
+    assert result.returncode == 0, result.stderr
+    frozen, api_views, web_views = result.stdout.split()
+    assert int(frozen) > 50_000, frozen  # ~134,000: Django, DRF, the spec models, plotly
+    assert api_views == web_views == "True"
