@@ -22,11 +22,11 @@ from django.contrib.auth import get_user_model
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api import renderers
 from portal.api.errors import ApiError
 from portal.benchmarks import compare as cmp
 from portal.benchmarks import history as hist
@@ -39,7 +39,7 @@ from servebench import verdict
 
 
 def _json(body: bytes) -> HttpResponse:
-    """An answer rendered once (``JSONRenderer``, as a ``Response`` renders it) and kept
+    """An answer rendered once (``renderers.JSONRenderer``, as a ``Response`` renders it), kept
     in the pages cache: a finished comparison or history is served without recomputing
     its verdicts or re-encoding it."""
     return HttpResponse(body, content_type="application/json")
@@ -94,7 +94,8 @@ class Compare(APIView):
             where = compare_page.cache_slot("compare-api", request.user, ordered, runs[baseline])
 
         def build() -> bytes:
-            return JSONRenderer().render(cmp.compare(request.user, ids, baseline).as_dict())
+            found = cmp.compare(request.user, ids, baseline)
+            return renderers.JSONRenderer().render(found.as_dict())
 
         try:
             return _json(pagecache.get_or_build(where, build))
@@ -145,7 +146,7 @@ class History(APIView):
 
         def build() -> bytes:
             found = hist.history(request.user, fingerprint, metric, point, backend)
-            return JSONRenderer().render(found.as_dict())
+            return renderers.JSONRenderer().render(found.as_dict())
 
         try:
             return _json(pagecache.get_or_build(where, build))

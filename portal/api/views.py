@@ -36,6 +36,7 @@ from portal.api.parsers import (
     YAMLParser,
     load_yaml,
 )
+from portal.api.renderers import JSONRenderer
 from portal.api.serializers import (
     PresetSerializer,
     RunCreateRequest,
@@ -327,7 +328,7 @@ class RunSamples(APIView):
 
 
 class RunSpec(APIView):
-    renderer_classes = [YAMLRenderer, renderers.JSONRenderer]
+    renderer_classes = [YAMLRenderer, JSONRenderer]
 
     @extend_schema(
         operation_id="runs_spec",
