@@ -99,12 +99,12 @@ PACE_LOOP = 1_000_000
 PACE_ROUNDS = 5
 
 
-def pace(rounds: int = PACE_ROUNDS) -> float:
+def pace() -> float:
     """Seconds this machine takes for ``PACE_LOOP`` iterations of a pure-Python loop, the
-    best of ``rounds`` (other processes only ever slow one down): one core's pace at
+    best of ``PACE_ROUNDS`` (other processes only ever slow one down): one core's pace at
     what the suite mostly runs, the interpreter."""
     best = float("inf")
-    for _ in range(rounds):
+    for _ in range(PACE_ROUNDS):
         t0 = time.perf_counter()
         total = 0
         for i in range(PACE_LOOP):

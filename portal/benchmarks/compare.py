@@ -503,8 +503,8 @@ def judge(
             enough = len(chosen[i]) >= engine.MIN_HISTORY
             columns[i].history_runs = len(chosen[i]) if enough else 0
     # One cell per (row, compared run): its run-to-run part assessed once (engine.assess),
-    # which says whether samples could change its verdict; the cells that need none
-    # conclude from it, those that do are assessed again once their samples are loaded.
+    # which says whether samples could change its verdict (``again``); the cells that need
+    # none conclude from it, those that do are assessed again once their samples are loaded.
     cells = []
     for row in rows:
         metric = engine.judged_metric(row.metric.key)
@@ -520,11 +520,11 @@ def judge(
             found = engine.assess(
                 metric, base_side, side, history=series, comparable=columns[i].comparable
             )
-            cells.append((row, metric, key, i, base_side, side, series, found))
-    resample = [found.needs_samples() for *_, found in cells]
+            again = found.needs_samples()
+            cells.append((row, metric, key, i, base_side, side, series, found, again))
     needed: set[int] = set()
     gaps = False  # the token gaps, by far the largest arrays, only for an ITL statistic
-    for (_row, metric, key, i, *_), again in zip(cells, resample, strict=True):
+    for _row, metric, key, i, *_, again in cells:
         if again:
             needed.update(base.ids[key])
             needed.update(columns[i].ids[key])
@@ -536,9 +536,7 @@ def judge(
             for key, side in column.sides.items():
                 if any(pk in found_details for pk in column.ids[key]):
                     side.details = [found_details.get(pk, {}) for pk in column.ids[key]]
-    for (row, metric, key, i, base_side, side, series, found), again in zip(
-        cells, resample, strict=True
-    ):
+    for row, metric, key, i, base_side, side, series, found, again in cells:
         judgement = engine.compare_metric(
             metric,
             base_side,

@@ -19,12 +19,10 @@ from __future__ import annotations
 import gc
 
 
-def settle() -> int:
-    """Import the URLconf's views, then freeze the heap; returns how many objects the
-    permanent generation holds (``gc.get_freeze_count``)."""
+def settle() -> None:
+    """Import the URLconf's views, then freeze the heap."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - the import of every view module is the point
     gc.collect()  # what startup left as garbage goes first, so it is not kept forever
     gc.freeze()
-    return gc.get_freeze_count()
