@@ -5,7 +5,8 @@ the field that does not, so a runner (and whoever reads its log) learns why.
 - ``ingest_event(run, event)``: started, environment, progress, finished, failed; returns
   the run's status afterwards. A run's end goes through ``lifecycle.transition``.
 - ``ingest_measurement(run, measurement)``: one measurement, once (idempotent on backend,
-  point and repeat); its per-request samples go to the samples storage first.
+  point and repeat), keeping the run's best output tok/s (the runs list's column); its
+  per-request samples go to the samples storage first.
 - ``check_event`` / ``check_measurement``: what fits the run (caps on runner text, the
   spec's backends, points, repeats, and an SLA search's points).
 - ``expected_measurements`` / ``sla_searches``: an SLA search's progress and answers, read
@@ -36,6 +37,7 @@ from portal.benchmarks import energy, samplestore
 from portal.benchmarks.environment import store_environment
 from portal.benchmarks.lifecycle import RunFinished, enqueue_dispatch, transition
 from portal.benchmarks.models import FINAL_STATUSES, Measurement, Run, RunStatus
+from portal.benchmarks.queries import refresh_best_throughput
 from portal.benchmarks.sharing import scrub, scrub_value
 from runners import causes, sla
 from runners import configsearch as cs
@@ -578,6 +580,7 @@ def ingest_measurement(run: Run, m: rr.Measurement) -> tuple[Measurement, bool]:
     try:
         with transaction.atomic():
             row = Measurement.objects.create(**key, **columns)
+            refresh_best_throughput([run.pk])  # what the runs list shows of it
     except IntegrityError:
         return Measurement.objects.get(**key), False
     log.info(

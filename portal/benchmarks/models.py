@@ -103,6 +103,16 @@ class Run(models.Model):
 
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
+    # What the runs list shows of its results, kept as each measurement is stored
+    # (queries.refresh_best_throughput) rather than aggregated on every read of the list.
+    best_output_throughput = models.FloatField(
+        null=True,
+        blank=True,
+        help_text=(
+            "The highest output tok/s among its succeeded measurements that count "
+            "(queries.current: an SLA search's superseded load does not); null before one."
+        ),
+    )
     # Set while the portal cannot store the run's measurements (its samples storage
     # fails: the runner is answered 503 and retries), cleared by the next one stored; the
     # run page says so instead of a progress that stands still without a word.

@@ -18,7 +18,9 @@
   still answer 404).
 - ``run_measurements(run)``: a run's measurements in chart order, heavy JSON deferred.
 - ``current(measurements)``: less what an SLA search's confirmation superseded, in SQL,
-  for aggregates that never parse a spec (history, the noise series, the runs list).
+  for aggregates that never parse a spec (history, the noise series, the best below).
+- ``refresh_best_throughput(run_ids)``: keeps ``Run.best_output_throughput``, the best
+  output tok/s the runs list shows; ingestion calls it with each measurement it stores.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.postgres.expressions import ArraySubquery
@@ -214,10 +217,9 @@ def run_list(
     )
 
 
-def with_best_throughput(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """``runs`` with ``best_output_throughput``: the highest output tok/s of a succeeded
-    measurement that counts (``current``), None without one; a subquery per run on the
-    (run, ...) index, in the same query as the runs (a page of 25 asks one query)."""
+def best_throughput() -> Subquery:
+    """The highest output tok/s of a run's (``OuterRef("pk")``) succeeded measurements
+    that count (``current``), None without one: a subquery on the (run, ...) index."""
     best = (
         current(Measurement.objects.filter(run_id=OuterRef("pk"), status="succeeded"))
         .order_by()
@@ -225,7 +227,16 @@ def with_best_throughput(runs: QuerySet[Run]) -> QuerySet[Run]:
         .annotate(best=Max("output_throughput"))
         .values("best")
     )
-    return runs.annotate(best_output_throughput=Subquery(best))
+    return Subquery(best)
+
+
+def refresh_best_throughput(run_ids: Iterable[int] | QuerySet[Any]) -> None:
+    """Keep ``Run.best_output_throughput`` of these runs (ids, or a query of their pks):
+    ingestion calls it with each measurement it stores, so the runs list reads a column
+    instead of aggregating every run of its page (a subquery whose building, planning and
+    running cost the list more than everything else it does)."""
+    ids = run_ids if isinstance(run_ids, QuerySet) else list(run_ids)
+    Run.objects.filter(pk__in=ids).update(best_output_throughput=best_throughput())
 
 
 CHOICES_TTL_SECONDS = 60

@@ -287,3 +287,91 @@ def test_plotly_js_is_served_from_our_static_files() -> None:
     assert path and Path(path).stat().st_size > 1_000_000
     response = Client().get("/static/web/vendor/plotly-basic.min.js")
     assert response.status_code == 200
+
+
+SEARCH_SPEC = {
+    "name": "prod: how far within p99 TTFT",
+    "model": {"id": "org/tiny-model", "max_model_len": 512},
+    "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 0},
+    "backends": [
+        {
+            "kind": "endpoint",
+            "name": "prod",
+            "base_url": "http://vllm.prod.svc.cluster.local:8000",
+            "model": "qwen3",
+        }
+    ],
+    "sla_search": {"axis": "request_rate", "slo": {"p99_ttft_ms": 500}, "low": 1, "high": 64},
+}
+
+
+def test_the_runs_list_shows_each_runs_best_as_its_measurements_arrive(
+    make_run: Any, settings: Any
+) -> None:
+    """The best output tok/s the runs list shows is kept by ingestion, measurement by
+    measurement, as the list used to aggregate it on every read (``queries.current``):
+    an SLA search's load that its confirmation superseded does not count, even when it
+    was the fastest."""
+    from portal.benchmarks import queries
+    from runners import sla
+    from runners import spec as rs
+    from runners.vllm_bench import point_info
+
+    settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
+    run = make_run(spec=SEARCH_SPEC, status="running")
+    spec = rs.parse_spec(run.spec)
+
+    def kept_and_live() -> tuple[float | None, float | None]:
+        row = Run.objects.annotate(live=queries.best_throughput()).get(pk=run.pk)
+        return row.best_output_throughput, row.live
+
+    assert kept_and_live() == (None, None)
+    steps: list[sla.Step] = []
+    rows: list[rr.Measurement] = []
+    while (value := sla.next_value(spec.sla_search, steps)) is not None:
+        repeat = sla.next_repeat(steps, value)
+        stalled = (value, repeat) == (1, 0)  # missed, then measured again: superseded
+        rows.append(
+            rr.Measurement(
+                backend="prod",
+                backend_kind="endpoint",
+                point=point_info(rs.search_point(spec, value)),
+                repeat=repeat,
+                status="succeeded",
+                metrics={
+                    "output_throughput": 9000.0 if stalled else 40.0 * value,
+                    "p99_ttft_ms": 3100.0 if stalled or value > 12 else 150.0,
+                },
+                started_at="2026-11-30T06:00:00.000+00:00",
+                finished_at="2026-11-30T06:00:05.000+00:00",
+                duration_s=5.0,
+            )
+        )
+        ingestion.ingest_measurement(run, rows[-1])
+        steps = sla.steps_of(spec, "prod", rows)
+        kept, live = kept_and_live()
+        assert kept == live and kept is not None, (value, repeat)
+    counted = [m.metrics["output_throughput"] for m in rows if m.metrics["output_throughput"] < 9e3]
+    assert len(counted) == len(rows) - 1 > 3  # the stalled load was stored, then superseded
+    assert kept_and_live()[0] == max(counted)
+    html = signed_in(run.owner).get("/runs/").content.decode()
+    assert f'<td class="num">{max(counted):.1f}</td>' in html and "9000" not in html
+
+    # The migration that added the column computes the same for the runs stored before it.
+    import importlib
+
+    from django.db import connection
+
+    swept = webdata.make_sweep_run(run.owner, [1, 4], repeats=2, seed=3)
+    nothing = make_run(owner=run.owner)
+    expected = {
+        r.pk: r.live for r in Run.objects.annotate(live=queries.best_throughput()).order_by()
+    }
+    assert expected[swept.pk] and expected[nothing.pk] is None and len(expected) == 3
+    Run.objects.update(best_output_throughput=None)
+    migration = importlib.import_module(
+        "portal.benchmarks.migrations.0014_run_best_output_throughput"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(migration.BACKFILL)
+    assert dict(Run.objects.values_list("pk", "best_output_throughput")) == expected

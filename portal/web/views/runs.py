@@ -48,7 +48,7 @@ COUNT_CAP = 1_000
 
 class RunPage:
     """One page of the runs list (``number`` from 1): its runs (with their best output
-    tok/s, ``queries.with_best_throughput``), and how many match, exact
+    tok/s, the column ingestion keeps), and how many match, exact
     up to ``COUNT_CAP`` (``more``: there are more; no last page then). A page past the
     end is the last one, as Django's ``Paginator.get_page`` does."""
 
@@ -64,7 +64,7 @@ class RunPage:
             wanted = 1
         self.number = wanted if self.num_pages is None else min(wanted, self.num_pages)
         start = (self.number - 1) * size
-        page = queries.with_best_throughput(runs)[start : start + size + 1]
+        page = runs[start : start + size + 1]
         found = list(page)  # one more than the page: is there a next page?
         self.object_list = found[:size]
         self.has_next = len(found) > size
