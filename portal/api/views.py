@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.paginator import Paginator
 from django.db import connection
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -97,9 +98,21 @@ def get_run_or_404(user: Any, public_id: str) -> Run:
 
 
 class RunPagination(PageNumberPagination):
+    """DRF's page-number pagination; ``count``, when given, is the list's length as
+    counted by the caller (``queries.count_runs``) instead of the queryset's COUNT."""
+
     page_size = 25
     page_size_query_param = "page_size"
     max_page_size = 100
+
+    def __init__(self, count: int | None = None) -> None:
+        self.known_count = count
+
+    def django_paginator_class(self, object_list: Any, per_page: int) -> Paginator:
+        paginator = Paginator(object_list, per_page)
+        if self.known_count is not None:
+            paginator.count = self.known_count  # a cached_property: the count is known
+        return paginator
 
 
 # What a list paginated by RunPagination takes (the schema shows them with its envelope,
@@ -158,7 +171,7 @@ class RunListCreate(APIView):
     def get(self, request: Request) -> Response:
         filters = queries.RunFilters.from_params(request.query_params)
         runs = queries.run_list(request.user, filters)
-        paginator = RunPagination()
+        paginator = RunPagination(count=queries.count_runs(request.user, filters))
         page = paginator.paginate_queryset(runs, request, view=self)
         return paginator.get_paginated_response(run_summaries(page, request))
 

@@ -205,6 +205,54 @@ def test_list_filters_and_paginates(personas, make_run, spec_dict):
     assert personas["anon"].client.get(RUNS).json()["count"] == 1
 
 
+def test_the_count_is_the_lists_length_for_every_reader_and_filter(
+    personas, make_run, make_user, spec_dict
+):
+    """``queries.count_runs`` counts the visibility rule as two halves (public, and the
+    reader's private runs): for staff, an owner, another user, an inactive user and an
+    anonymous reader, under each filter, it is the length of ``run_list``, which reads
+    the rule as one OR, and the API's ``count`` is that number."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from portal.benchmarks import queries
+
+    owner, other = personas["owner"].user, personas["other"].user
+    staff = make_user("staff", is_staff=True)
+    gone = make_user("gone")
+    vllm = spec_dict(backends=[{"kind": "vllm"}])
+    make_run(owner=owner)
+    make_run(owner=owner, is_public=True, gpu_name="L4")
+    make_run(owner=owner, spec=vllm, status="failed")
+    make_run(owner=other, is_public=True, spec=vllm)
+    make_run(owner=other, status="succeeded")
+    make_run(owner=gone)
+    make_run(owner=gone, is_public=True, status="succeeded")
+    type(gone).objects.filter(pk=gone.pk).update(is_active=False)
+    gone.refresh_from_db()
+    readers = {"staff": staff, "owner": owner, "other": other, "gone": gone}
+    readers["anon"] = AnonymousUser()
+    filters = [
+        {},
+        {"status": "succeeded"},
+        {"backend": "vllm"},
+        {"gpu": "L4"},
+        {"owner": "me"},
+        {"owner": "other"},
+        {"model": "no/such-model"},
+    ]
+    counted = set()
+    for who, user in readers.items():
+        for params in filters:
+            chosen = queries.RunFilters.from_params(params)
+            listed = len(queries.run_list(user, chosen))
+            assert queries.count_runs(user, chosen) == listed, (who, params)
+            counted.add(listed)
+    assert counted >= {0, 1, 2, 3, 4, 7}  # the readers see different things
+    for who in ("owner", "other", "anon"):
+        answer = personas[who].client.get(RUNS).json()
+        assert answer["count"] == len(queries.run_list(personas[who].user or AnonymousUser()))
+
+
 def test_an_unknown_status_filter_is_a_400_naming_the_parameter(personas):
     for who in ("owner", "other", "anon"):
         response = personas[who].client.get(RUNS + "?status=done")
@@ -217,7 +265,9 @@ def test_the_list_query_count_does_not_grow_with_runs(
 ):
     for _ in range(6):
         make_run(owner=personas["owner"].user)
-    with django_assert_max_num_queries(4):  # token, last_used, count, page (owner joined)
+    # token, last_used, the count (public runs, then the reader's private ones:
+    # queries.count_runs), the page (owner joined)
+    with django_assert_max_num_queries(5):
         assert personas["owner"].client.get(RUNS).json()["count"] == 6
 
 
