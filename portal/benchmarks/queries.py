@@ -34,6 +34,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.postgres.expressions import ArraySubquery
 from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Subquery, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Coalesce
@@ -254,7 +255,13 @@ def refresh_best_throughput(run_ids: Iterable[int] | QuerySet[Any]) -> None:
     instead of aggregating every run of its page (a subquery whose building, planning and
     running cost the list more than everything else it does)."""
     ids = run_ids if isinstance(run_ids, QuerySet) else list(run_ids)
-    Run.objects.filter(pk__in=ids).update(best_output_throughput=best_throughput())
+    runs = Run.objects.filter(pk__in=ids)
+    with transaction.atomic():
+        # The rows locked first: a concurrent refresh of the same run waits for this one's
+        # commit, then computes in a new snapshot that holds this one's measurement (an
+        # UPDATE that waited would compute in the snapshot it started with, without it).
+        list(runs.select_for_update().order_by("pk").values_list("pk", flat=True))
+        runs.update(best_output_throughput=best_throughput())
 
 
 CHOICES_TTL_SECONDS = 60

@@ -375,3 +375,56 @@ def test_the_runs_list_shows_each_runs_best_as_its_measurements_arrive(
     with connection.cursor() as cursor:
         cursor.execute(migration.BACKFILL)
     assert dict(Run.objects.values_list("pk", "best_output_throughput")) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_measurements_stored_at_once_both_count_for_the_best(make_run: Any) -> None:
+    """Two measurements of one run stored in overlapping transactions: the second waits
+    for the first's commit, then its refresh sees both (an UPDATE that had waited on the
+    row would have computed in its own older snapshot and kept only its own)."""
+    import threading
+    import time
+
+    from django.db import connection, connections, transaction
+
+    from portal.benchmarks import queries
+
+    run = make_run(spec=webdata.sweep_spec([4, 8]), status=RunStatus.RUNNING)
+    data = webdata.recording(webdata.RECORDED_C8)
+    fast = webdata.vllm_measurement("concurrency", "max_concurrency", 8, data)
+    slow = webdata.vllm_measurement("concurrency", "max_concurrency", 4, data)
+    fast.metrics["output_throughput"], slow.metrics["output_throughput"] = 900.0, 100.0
+    failures: list[BaseException] = []
+    backend: list[int] = []  # the second store's PostgreSQL backend
+
+    def second() -> None:
+        try:
+            connection.ensure_connection()  # this thread's own connection
+            backend.append(connection.connection.info.backend_pid)
+            ingestion.ingest_measurement(Run.objects.get(pk=run.pk), slow)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        ingestion.ingest_measurement(run, fast)  # holds the run's row until this commits
+        other = threading.Thread(target=second)
+        other.start()
+        # pg_locks is read live (pg_stat_activity is a snapshot per transaction).
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = %s"
+        deadline = time.monotonic() + 60
+        while True:  # until the second one waits on the run's row
+            with connection.cursor() as cursor:
+                cursor.execute(waiting, [backend[0] if backend else 0])
+                if cursor.fetchone()[0]:
+                    break
+            assert other.is_alive() and time.monotonic() < deadline, (
+                f"the second store never waited for the first: {failures}"
+            )
+            other.join(0.05)
+    other.join(30)
+    assert not other.is_alive() and not failures, failures
+    connection.close()
+    kept = Run.objects.annotate(live=queries.best_throughput()).get(pk=run.pk)
+    assert kept.live == 900.0 and kept.best_output_throughput == 900.0
