@@ -260,7 +260,9 @@ def refresh_best_throughput(run_ids: Iterable[int] | QuerySet[Any]) -> None:
         # The rows locked first: a concurrent refresh of the same run waits for this one's
         # commit, then computes in a new snapshot that holds this one's measurement (an
         # UPDATE that waited would compute in the snapshot it started with, without it).
-        list(runs.select_for_update().order_by("pk").values_list("pk", flat=True))
+        # FOR NO KEY UPDATE, as the UPDATE itself: storing a measurement holds its run's
+        # row FOR KEY SHARE (the foreign key), which FOR UPDATE would wait on: deadlock.
+        list(runs.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
         runs.update(best_output_throughput=best_throughput())
 
 

@@ -428,3 +428,41 @@ def test_two_measurements_stored_at_once_both_count_for_the_best(make_run: Any) 
     connection.close()
     kept = Run.objects.annotate(live=queries.best_throughput()).get(pk=run.pk)
     assert kept.live == 900.0 and kept.best_output_throughput == 900.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stores_that_overlap_inside_their_inserts_do_not_deadlock(make_run: Any) -> None:
+    """Storing a measurement holds its run's row FOR KEY SHARE (the foreign key) until it
+    commits. Another store's refresh of the best must not wait on that (FOR UPDATE would,
+    and the first store's own refresh would then wait on the second's: a deadlock)."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from portal.benchmarks import queries
+
+    run = make_run(spec=webdata.sweep_spec([4, 8]), status=RunStatus.RUNNING)
+    data = webdata.recording(webdata.RECORDED_C8)
+    second = webdata.vllm_measurement("concurrency", "max_concurrency", 4, data)
+    failures: list[BaseException] = []
+
+    def store() -> None:
+        try:
+            ingestion.ingest_measurement(Run.objects.get(pk=run.pk), second)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:  # what inserting a measurement holds
+            cursor.execute("SELECT 1 FROM benchmarks_run WHERE id = %s FOR KEY SHARE", [run.pk])
+        other = threading.Thread(target=store)
+        other.start()
+        other.join(30)
+        assert not other.is_alive(), "the store waited on another store's foreign key"
+        queries.refresh_best_throughput([run.pk])  # the first store's own refresh
+    assert not failures, failures
+    connection.close()
+    kept = Run.objects.get(pk=run.pk).best_output_throughput
+    assert kept == second.metrics["output_throughput"]
