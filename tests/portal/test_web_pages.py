@@ -377,15 +377,38 @@ def test_the_runs_list_shows_each_runs_best_as_its_measurements_arrive(
     assert dict(Run.objects.values_list("pk", "best_output_throughput")) == expected
 
 
+def store_in_thread(run: Run, measurement: rr.Measurement) -> tuple[Any, list[Any]]:
+    """Store ``measurement`` through ingestion in a thread of its own (its own database
+    connection), started: (the thread, [its backend's pid, then any exception])."""
+    import threading
+
+    from django.db import connection, connections
+
+    told: list[Any] = []
+
+    def store() -> None:
+        try:
+            connection.ensure_connection()
+            told.append(connection.connection.info.backend_pid)
+            ingestion.ingest_measurement(Run.objects.get(pk=run.pk), measurement)
+        except BaseException as exc:  # reported by the caller
+            told.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=store)
+    thread.start()
+    return thread, told
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_measurements_stored_at_once_both_count_for_the_best(make_run: Any) -> None:
     """Two measurements of one run stored in overlapping transactions: the second waits
     for the first's commit, then its refresh sees both (an UPDATE that had waited on the
     row would have computed in its own older snapshot and kept only its own)."""
-    import threading
     import time
 
-    from django.db import connection, connections, transaction
+    from django.db import connection, transaction
 
     from portal.benchmarks import queries
 
@@ -394,37 +417,23 @@ def test_two_measurements_stored_at_once_both_count_for_the_best(make_run: Any) 
     fast = webdata.vllm_measurement("concurrency", "max_concurrency", 8, data)
     slow = webdata.vllm_measurement("concurrency", "max_concurrency", 4, data)
     fast.metrics["output_throughput"], slow.metrics["output_throughput"] = 900.0, 100.0
-    failures: list[BaseException] = []
-    backend: list[int] = []  # the second store's PostgreSQL backend
-
-    def second() -> None:
-        try:
-            connection.ensure_connection()  # this thread's own connection
-            backend.append(connection.connection.info.backend_pid)
-            ingestion.ingest_measurement(Run.objects.get(pk=run.pk), slow)
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
     with transaction.atomic():
         ingestion.ingest_measurement(run, fast)  # holds the run's row until this commits
-        other = threading.Thread(target=second)
-        other.start()
+        other, told = store_in_thread(run, slow)
         # pg_locks is read live (pg_stat_activity is a snapshot per transaction).
         waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = %s"
         deadline = time.monotonic() + 60
         while True:  # until the second one waits on the run's row
             with connection.cursor() as cursor:
-                cursor.execute(waiting, [backend[0] if backend else 0])
+                cursor.execute(waiting, [told[0] if told else 0])
                 if cursor.fetchone()[0]:
                     break
             assert other.is_alive() and time.monotonic() < deadline, (
-                f"the second store never waited for the first: {failures}"
+                f"the second store never waited for the first: {told}"
             )
             other.join(0.05)
     other.join(30)
-    assert not other.is_alive() and not failures, failures
+    assert not other.is_alive() and len(told) == 1, told
     connection.close()
     kept = Run.objects.annotate(live=queries.best_throughput()).get(pk=run.pk)
     assert kept.live == 900.0 and kept.best_output_throughput == 900.0
@@ -435,34 +444,21 @@ def test_stores_that_overlap_inside_their_inserts_do_not_deadlock(make_run: Any)
     """Storing a measurement holds its run's row FOR KEY SHARE (the foreign key) until it
     commits. Another store's refresh of the best must not wait on that (FOR UPDATE would,
     and the first store's own refresh would then wait on the second's: a deadlock)."""
-    import threading
-
-    from django.db import connection, connections, transaction
+    from django.db import connection, transaction
 
     from portal.benchmarks import queries
 
     run = make_run(spec=webdata.sweep_spec([4, 8]), status=RunStatus.RUNNING)
     data = webdata.recording(webdata.RECORDED_C8)
     second = webdata.vllm_measurement("concurrency", "max_concurrency", 4, data)
-    failures: list[BaseException] = []
-
-    def store() -> None:
-        try:
-            ingestion.ingest_measurement(Run.objects.get(pk=run.pk), second)
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
     with transaction.atomic():
         with connection.cursor() as cursor:  # what inserting a measurement holds
             cursor.execute("SELECT 1 FROM benchmarks_run WHERE id = %s FOR KEY SHARE", [run.pk])
-        other = threading.Thread(target=store)
-        other.start()
+        other, told = store_in_thread(run, second)
         other.join(30)
         assert not other.is_alive(), "the store waited on another store's foreign key"
         queries.refresh_best_throughput([run.pk])  # the first store's own refresh
-    assert not failures, failures
+    assert len(told) == 1, told
     connection.close()
     kept = Run.objects.get(pk=run.pk).best_output_throughput
     assert kept == second.metrics["output_throughput"]
