@@ -289,22 +289,6 @@ def test_plotly_js_is_served_from_our_static_files() -> None:
     assert response.status_code == 200
 
 
-SEARCH_SPEC = {
-    "name": "prod: how far within p99 TTFT",
-    "model": {"id": "org/tiny-model", "max_model_len": 512},
-    "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 0},
-    "backends": [
-        {
-            "kind": "endpoint",
-            "name": "prod",
-            "base_url": "http://vllm.prod.svc.cluster.local:8000",
-            "model": "qwen3",
-        }
-    ],
-    "sla_search": {"axis": "request_rate", "slo": {"p99_ttft_ms": 500}, "low": 1, "high": 64},
-}
-
-
 def test_the_runs_list_shows_each_runs_best_as_its_measurements_arrive(
     make_run: Any, settings: Any
 ) -> None:
@@ -318,7 +302,7 @@ def test_the_runs_list_shows_each_runs_best_as_its_measurements_arrive(
     from runners.vllm_bench import point_info
 
     settings.SERVEBENCH_ENDPOINT_HOSTS = ["*.svc.cluster.local"]
-    run = make_run(spec=SEARCH_SPEC, status="running")
+    run = make_run(spec=webdata.SEARCH_SPEC, status="running")
     spec = rs.parse_spec(run.spec)
 
     def kept_and_live() -> tuple[float | None, float | None]:

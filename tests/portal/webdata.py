@@ -42,6 +42,25 @@ LLAMA_8B_CONFIG = {
 }
 
 
+# An endpoint run with an SLA search over request rate (p99 TTFT within 500 ms): the
+# SLA pages' and the runs list's tests store its search through ingestion.
+SEARCH_SPEC: dict[str, Any] = {
+    "name": "prod: how far within p99 TTFT",
+    "model": {"id": "org/tiny-model", "max_model_len": 512},
+    "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 0},
+    "backends": [
+        {
+            "kind": "endpoint",
+            "name": "prod",
+            "base_url": "http://vllm.prod.svc.cluster.local:8000",
+            "model": "qwen3",
+            "request_fields": "openai",
+        }
+    ],
+    "sla_search": {"axis": "request_rate", "slo": {"p99_ttft_ms": 500}, "low": 1, "high": 64},
+}
+
+
 def recording(name: str = RECORDED_C8) -> dict[str, Any]:
     return json.loads((DATA / name).read_text())
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import webdata
 from test_browser_layout import check
 
 from portal.benchmarks import environment, ingestion
@@ -18,21 +19,7 @@ from runners.vllm_bench import point_info
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-SPEC = {
-    "name": "prod: how far within p99 TTFT",
-    "model": {"id": "org/tiny-model", "max_model_len": 512},
-    "workload": {"input_len": 64, "output_len": 16, "num_prompts": 16, "num_warmups": 0},
-    "backends": [
-        {
-            "kind": "endpoint",
-            "name": "prod",
-            "base_url": "http://vllm.prod.svc.cluster.local:8000",
-            "model": "qwen3",
-            "request_fields": "openai",
-        }
-    ],
-    "sla_search": {"axis": "request_rate", "slo": {"p99_ttft_ms": 500}, "low": 1, "high": 64},
-}
+SPEC = webdata.SEARCH_SPEC
 
 
 def measured(spec: rs.Spec, point: rs.Point, p99_ttft: float, repeat: int = 0) -> rr.Measurement:
