@@ -232,12 +232,24 @@ class Run(models.Model):
             # Comparison history: WHERE fingerprint = %s ORDER BY created_at DESC; the
             # verdict's noise series adds AND owner_id, status, config_fingerprint (a
             # handful of rows per fingerprint: filtered on the index's rows). Who may see
-            # a run (owner_id, is_public) and its status are in the index: the history's
-            # "runs of the series this reader sees" is an index-only scan, where without
-            # them the planner ANDed a bitmap of every visible run (growing with the table).
+            # a run (owner_id, is_public), its status, and what the series' stamp and the
+            # noise series read (updated_at; public_id, config_fingerprint) are in the
+            # index: "the runs of the series this reader sees" and the stamps that key the
+            # kept compare and history pages are index-only scans. Without a column they
+            # read, the planner ANDed a bitmap of every run the reader may see (all the
+            # public runs: growing with the table, 3.5 ms at 100,000 runs on every warm
+            # history page) with the fingerprint's.
             models.Index(
                 fields=["fingerprint", "-created_at"],
-                include=["id", "owner", "is_public", "status"],
+                include=[
+                    "id",
+                    "owner",
+                    "is_public",
+                    "status",
+                    "updated_at",
+                    "public_id",
+                    "config_fingerprint",
+                ],
                 name="run_fingerprint_visible",
             ),
             # The dispatcher's claim order: WHERE status = 'queued'
