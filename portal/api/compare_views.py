@@ -85,9 +85,7 @@ class Compare(APIView):
             raise ApiError(
                 400, "invalid_parameter", str(exc), [{"field": exc.field, "message": str(exc)}]
             ) from None
-        runs = {
-            r.public_id: r for r in queries.visible_runs(request.user).filter(public_id__in=ids)
-        }
+        runs = compare_page.selected_runs(request.user, ids)
         where: pagecache.Slot | None = None
         if len(runs) == len(ids) and baseline in runs:
             ordered = [runs[i] for i in ids]
