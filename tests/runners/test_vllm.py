@@ -419,7 +419,10 @@ def test_a_client_held_to_a_fraction_of_a_core_is_named_the_limit(cached, monkey
         axis=None,
         value=None,
         input_len=16,
-        output_len=16,
+        # 128 tokens each: the timed requests outlast the watcher's reaction to the log
+        # line that starts them (with 16, a fast machine finished all 8 in 0.10 s, before
+        # the client's nice took hold, and nothing limited it: 0.9-2.0 s here with 128)
+        output_len=128,
         max_concurrency=8,
         num_prompts=8,  # all sent at once: no kept-alive connection idles past the server's
         request_rate=None,  # keep-alive while the client is starved (a disconnect)
