@@ -1,7 +1,7 @@
 """What the results pages compute from finished runs, computed once.
 
 A finished run cannot change: no measurement, event or environment is accepted after
-it ends. So the run page's figures, tables and rendered fragments of a finished run,
+it ends. So the run page's rendered sections of a finished run (``run_page.KEPT``),
 the compare page of finished runs and the history of a series are kept in the
 ``pages`` cache and reused: by default a per-process memory cache, bounded; with
 ``SERVEBENCH_PAGE_CACHE=redis`` (the Helm chart, ``make run``) one cache in Redis that

@@ -8,7 +8,7 @@ The page has two parts:
   table, the environment, the reproduce commands, and the rendered HTML of the heavy
   sections (``FRAGMENTS``). The same for every reader, except error texts, which only
   who manages the run reads in full (``manager``). A finished run cannot change, so
-  this part is cached for it, keyed by its ``updated_at``.
+  what this part renders is kept for it (``KEPT``), keyed by its ``updated_at``.
 - per request: who may act on it, the failure reason for this reader, the queue, the
   runner's log tail, and re-runs (which other runs create).
 
