@@ -156,7 +156,7 @@ def _index_columns(name: str) -> set[str]:
 
 
 def test_the_series_stamps_and_noise_series_read_only_the_series_index(
-    series: list[Run], make_user: Any
+    series: list[Run],
 ) -> None:
     """The queries over a series' runs that every history and compare page pays (the
     stamps its kept page is keyed by) and a compare's noise series read only columns
